@@ -1,0 +1,64 @@
+"""Root pytest configuration: device, tiers, xdist GPU pinning, seeds, markers.
+
+`verify.device.setup()` runs first, so Triton starts in its CPU interpreter
+when there is no GPU. `--tier cpu|gpu|long` (default from the device) selects
+what runs: `gpu` tests need the gpu or long tier, `long` tests the long tier.
+`--shard i/n` keeps every n-th test. Each test's RNG is seeded from its id.
+"""
+
+import os
+
+from verify import device as _device
+
+DEVICE = _device.setup()
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", default=None, choices=_device.TIERS,
+                     help="cpu (interpreter, small), gpu (full matrix), long (plus long contexts)")
+    parser.addoption("--shard", default=None, help="i/n: run the i-th of n slices of the tests")
+
+
+def pytest_configure(config):
+    tier = config.getoption("--tier") or _device.default_tier()
+    config.quantfloor_tier = _device.check_tier(tier)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        _device.pin_worker(worker)
+        if DEVICE.type == "cpu":
+            torch.set_num_threads(1)  # one worker per core; tiny tensors stall on thread hand-offs
+
+
+def pytest_collection_modifyitems(config, items):
+    tier = config.quantfloor_tier
+    skip_gpu = pytest.mark.skip(reason="needs the gpu tier (a GPU)")
+    skip_long = pytest.mark.skip(reason="needs the long tier")
+    skip_cpu_only = pytest.mark.skip(reason="runs under the interpreter only")
+    for item in items:
+        if "gpu" in item.keywords and tier == "cpu":
+            item.add_marker(skip_gpu)
+        if "long" in item.keywords and tier != "long":
+            item.add_marker(skip_long)
+        if "cpu_only" in item.keywords and tier != "cpu":
+            item.add_marker(skip_cpu_only)
+    index, count = _device.parse_shard(config.getoption("--shard"))
+    if count > 1:
+        items[:] = [it for k, it in enumerate(items) if k % count == index]
+
+
+@pytest.fixture
+def device():
+    return DEVICE
+
+
+@pytest.fixture
+def tier(request):
+    return request.config.quantfloor_tier
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    torch.manual_seed(_device.seed_of(request.node.nodeid))

@@ -1,0 +1,96 @@
+"""What the target can do: interpreter or compiled, arch name, CU count, fp8 support.
+
+Kernels take these answers as constexprs chosen on the host, so one kernel body
+serves a compiled GPU (AMD or NVIDIA) and the Triton interpreter on CPU.
+"""
+
+import os
+
+import torch
+
+# Codes of the fp8 decode modes the decode kernels understand (a constexpr).
+FP8_NONE = 0  # the cache is bf16/fp16: load and upcast
+FP8_NATIVE = 1  # the target converts this fp8 format in hardware
+FP8_BITS_E4M3FN = 2  # decode e4m3fn from its bits (bias 7, NaN 0x7F/0xFF)
+FP8_BITS_E4M3FNUZ = 3  # decode e4m3fnuz from its bits (bias 8, NaN 0x80)
+
+_FP8_FORMATS = {
+    torch.float8_e4m3fn: "e4m3fn",
+    torch.float8_e4m3fnuz: "e4m3fnuz",
+}
+
+# Which fp8 formats each arch family converts natively.
+_NATIVE_FP8 = {
+    "sm89": {"e4m3fn"},
+    "sm90": {"e4m3fn"},
+    "sm100": {"e4m3fn"},
+    "gfx942": {"e4m3fnuz"},
+    "gfx950": {"e4m3fn"},
+    "gfx1250": {"e4m3fn"},
+}
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def arch_name(device: torch.device) -> str:
+    """'gfx942', 'sm90', ... for a GPU device; 'cpu' for the interpreter."""
+    device = torch.device(device)
+    if device.type != "cuda" or interpreting():
+        return "cpu"
+    props = torch.cuda.get_device_properties(device)
+    gcn = getattr(props, "gcnArchName", "")
+    if torch.version.hip and gcn:
+        return gcn.split(":")[0]
+    return f"sm{props.major}{props.minor}"
+
+
+def cu_count(device: torch.device) -> int:
+    """Compute units (SMs) to size grids for.
+
+    `CU_NUM` in the environment wins, so a decision made for a 256-CU part can
+    be replayed on any device. Without it: the device's count, or 1 on CPU.
+    """
+    env = os.environ.get("CU_NUM")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise ValueError(f"CU_NUM: expected a positive integer, got {env!r}") from None
+        if value < 1:
+            raise ValueError(f"CU_NUM: expected a positive integer, got {env!r}")
+        return value
+    device = torch.device(device)
+    if device.type == "cuda" and not interpreting():
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
+
+
+def fp8_format(dtype: torch.dtype) -> str | None:
+    """'e4m3fn' / 'e4m3fnuz' for the torch fp8 dtypes, None otherwise."""
+    return _FP8_FORMATS.get(dtype)
+
+
+def fp8_mode(dtype: torch.dtype, device: torch.device) -> int:
+    """How a kernel on `device` turns a cache of `dtype` into fp32.
+
+    The interpreter always decodes bits: its own conversion turns the e4m3fn
+    NaN codes into +-480, which would hide NaN leaks that real hardware shows.
+    """
+    fmt = fp8_format(dtype)
+    if fmt is None:
+        return FP8_NONE
+    if fmt in _NATIVE_FP8.get(arch_name(device), set()):
+        return FP8_NATIVE
+    return FP8_BITS_E4M3FN if fmt == "e4m3fn" else FP8_BITS_E4M3FNUZ
+
+
+def dot_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Operand dtype for tl.dot: `dtype` compiled, fp32 under the interpreter.
+
+    The interpreter stores bf16 as raw uint16 and multiplies the bit patterns,
+    so every bf16 operand is upcast there before arithmetic.
+    """
+    return torch.float32 if interpreting() else dtype

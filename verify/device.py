@@ -1,0 +1,61 @@
+"""Device and tier choice, made before Triton is imported.
+
+With a CUDA or HIP GPU, kernels run compiled on it. Without one, Triton runs
+them in its CPU interpreter: `TRITON_INTERPRET=1` must be in the environment
+before `triton` is first imported, so every entry point (the CLI, the root
+conftest) calls `setup()` first.
+"""
+
+import hashlib
+import os
+
+import torch
+
+TIERS = ("cpu", "gpu", "long")
+
+
+def has_gpu() -> bool:
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+
+
+def setup() -> torch.device:
+    """Pick the device; switch Triton to its interpreter when there is no GPU."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return torch.device("cuda") if has_gpu() else torch.device("cpu")
+
+
+def default_tier() -> str:
+    return "gpu" if has_gpu() else "cpu"
+
+
+def check_tier(tier: str) -> str:
+    if tier not in TIERS:
+        raise ValueError(f"tier: expected one of {TIERS}, got {tier!r}")
+    if tier != "cpu" and not has_gpu():
+        raise ValueError(f"tier: {tier!r} needs a GPU; this machine has none (use 'cpu')")
+    return tier
+
+
+def pin_worker(worker: str) -> None:
+    """Pin an xdist worker ('gw3') to GPU (index mod device count)."""
+    if has_gpu() and worker.startswith("gw"):
+        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+
+
+def seed_of(text: str) -> int:
+    """A stable 63-bit seed derived from a case id (same id, same tensors)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """'i/n' -> (i, n) with 0 <= i < n; None -> (0, 1)."""
+    if text is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard: expected 'i/n' (e.g. 0/4), got {text!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"shard: expected 0 <= i < n, got {text!r}")
+    return i, n
