@@ -1,0 +1,229 @@
+"""Public entry of the paged decode: validation, planning and dispatch.
+
+    out[i, p, h] = sum_j softmax_j(scale * q[i, p, h] . K_j) V_j
+
+over the keys j that query row p of sequence i sees (DESIGN.md: row p sits at
+position L - Q + p and sees [max(0, L - Q + 1 + p - W), L - Q + 1 + p), W <= 0
+meaning full causal), with K_j = k_j * k_scale_j and V_j = v_j * v_scale_j
+dequantized from the cache. Rows that see no key, and sequences of length 0,
+give zeros.
+"""
+
+from contextlib import nullcontext
+
+import torch
+import triton.language as tl
+
+from kernels import arch as _arch
+from kernels.paged_decode import partition as _partition
+from kernels.paged_decode import plan as _plan
+from kernels.paged_decode import reduce as _reduce
+from kernels.paged_decode import workspace as _workspace
+
+_QUERY_DTYPES = (torch.bfloat16, torch.float16)
+_CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.bfloat16, torch.float16)
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+_LAYOUTS = ("shuffled", "plain")
+MAX_ROWS = 64  # G * Q rows held by one program
+
+
+def _name(dtypes) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def _check_tensor(name, t, dtypes, ndims):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name}: expected dtype {_name(dtypes)}, got {t.dtype}")
+    if t.dim() not in ndims:
+        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dims, got shape {tuple(t.shape)}")
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _cache_geometry(name, cache, layout, num_kv_heads, head_dim, is_value):
+    """(num_blocks, block_size, strides for the kernel's address formula)."""
+    x = 16 // cache.element_size()
+    s = cache.stride()
+    if layout == "plain":
+        if cache.dim() != 4:
+            raise ValueError(f"{name}: expected plain layout [num_blocks, block_size, Hkv, D], "
+                             f"got shape {tuple(cache.shape)}")
+        nb, bs, hkv, d = cache.shape
+        geo = dict(blk=s[0], head=s[2], dhi=0, dlo=s[3], shi=0, slo=s[1], dx=head_dim, sx=bs)
+    elif not is_value:
+        if cache.dim() != 5 or cache.shape[4] != x:
+            raise ValueError(f"{name}: expected shuffled layout [num_blocks, Hkv, D//{x}, block_size, {x}], "
+                             f"got shape {tuple(cache.shape)}")
+        nb, hkv, dx, bs, _ = cache.shape
+        d = dx * x
+        geo = dict(blk=s[0], head=s[1], dhi=s[2], dlo=s[4], shi=0, slo=s[3], dx=x, sx=bs)
+    else:
+        if cache.dim() != 5 or cache.shape[4] != x:
+            raise ValueError(f"{name}: expected shuffled layout [num_blocks, Hkv, block_size//{x}, D, {x}], "
+                             f"got shape {tuple(cache.shape)}")
+        nb, hkv, bx, d, _ = cache.shape
+        bs = bx * x
+        geo = dict(blk=s[0], head=s[1], dhi=0, dlo=s[3], shi=s[2], slo=s[4], dx=head_dim, sx=x)
+    if hkv != num_kv_heads or d != head_dim:
+        raise ValueError(f"{name}: expected Hkv={num_kv_heads} and D={head_dim} (from key_cache and query), "
+                         f"got Hkv={hkv}, D={d} in shape {tuple(cache.shape)}")
+    if not _is_pow2(bs) or bs > 256 or (layout == "shuffled" and bs % x):
+        raise ValueError(f"{name}: expected a power-of-two block_size up to 256"
+                         f"{f' divisible by {x}' if layout == 'shuffled' else ''}, got {bs}")
+    return nb, bs, geo
+
+
+def _scale_args(name, value, device, nb, hkv, bs):
+    """(tensor, per_token, strides) of one dequantization scale."""
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = 1.0 if value is None else float(value)
+        return torch.full((1,), value, dtype=torch.float32, device=device), False, (0, 0, 0)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected None, a float or a float32 tensor, got {type(value).__name__}")
+    if value.dtype != torch.float32:
+        raise TypeError(f"{name}: expected dtype float32, got {value.dtype}")
+    if value.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device}, got {value.device}")
+    if value.numel() == 1 and value.dim() <= 1:
+        return value, False, (0, 0, 0)
+    if tuple(value.shape) != (nb, hkv, bs):
+        raise ValueError(f"{name}: expected a per-tensor scale (one element) or per-token "
+                         f"[num_blocks, Hkv, block_size] = {[nb, hkv, bs]}, got shape {tuple(value.shape)}")
+    return value, True, value.stride()
+
+
+def _key_tile(head_dim: int) -> int:
+    """Keys per loop step: register-sized on a GPU; large under the interpreter, whose cost is per step."""
+    if _arch.interpreting():
+        return 256
+    return 64 if head_dim <= 128 else 32
+
+
+def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
+                           k_scale, v_scale, sliding_window, *, layout="shuffled", max_seq_len=None,
+                           partition_size=256, force_split=None, workspace=None):
+    """Windowed paged decode attention over an fp8 (or bf16/fp16) KV cache; writes and returns `out`.
+
+    query        [num_seqs, Hq, D] or [num_seqs, Q, Hq, D] (MTP), bf16 or fp16, last dim contiguous
+    out          same shape as query; bf16, fp16 or fp32
+    key_cache    shuffled [num_blocks, Hkv, D//x, block_size, x] or plain [num_blocks, block_size, Hkv, D]
+    value_cache  shuffled [num_blocks, Hkv, block_size//x, D, x] or plain [num_blocks, block_size, Hkv, D]
+                 x = 16 // element_size; fp8 e4m3fn / e4m3fnuz, or the query's dtype
+    block_tables int32 [num_seqs, max_blocks]; token t of sequence i is in block block_tables[i, t // bs]
+    seq_lens     int32/int64 [num_seqs], every token counted, the current ones included
+    k_scale, v_scale  None, a float, a one-element fp32 tensor, or per-token fp32 [num_blocks, Hkv, block_size]
+    sliding_window  W > 0 keys per row (itself included); W <= 0: full causal
+    max_seq_len  host int bounding seq_lens (no device sync); None: block_tables width * block_size
+    partition_size, force_split  split-K: keys per partition (a multiple of block_size, grown when the
+                 partition count is capped); force_split True/False overrides the auto gate
+    workspace    None (the per-device, per-stream scratch) or a caller-owned dict
+    """
+    _check_tensor("query", query, _QUERY_DTYPES, (3, 4))
+    q4 = query if query.dim() == 4 else query.unsqueeze(1)
+    num_seqs, num_q, num_heads, head_dim = q4.shape
+    device = query.device
+    if q4.stride(3) != 1:
+        raise ValueError(f"query: expected the last dim contiguous (stride 1), got strides {tuple(query.stride())}")
+    if head_dim not in (64, 128, 256):
+        raise ValueError(f"query: expected head size D in (64, 128, 256), got {head_dim}")
+    _check_tensor("out", out, _OUT_DTYPES, (query.dim(),))
+    if out.shape != query.shape or out.device != device:
+        raise ValueError(f"out: expected shape {tuple(query.shape)} on {device}, "
+                         f"got {tuple(out.shape)} on {out.device}")
+    o4 = out if out.dim() == 4 else out.unsqueeze(1)
+    if o4.stride(3) != 1:
+        raise ValueError(f"out: expected the last dim contiguous (stride 1), got strides {tuple(out.stride())}")
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
+    _check_tensor("key_cache", key_cache, _CACHE_DTYPES, (4, 5))
+    _check_tensor("value_cache", value_cache, _CACHE_DTYPES, (4, 5))
+    if value_cache.dtype != key_cache.dtype:
+        raise TypeError(f"value_cache: expected the dtype of key_cache ({key_cache.dtype}), got {value_cache.dtype}")
+    if _arch.fp8_format(key_cache.dtype) is None and key_cache.dtype != query.dtype:
+        raise TypeError(f"key_cache: a non-fp8 cache must have the query's dtype {query.dtype}, got {key_cache.dtype}")
+    num_kv_heads = key_cache.shape[1] if layout == "shuffled" else key_cache.shape[2]
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"query: expected Hq to be a multiple of Hkv={num_kv_heads}, got Hq={num_heads}")
+    group = num_heads // num_kv_heads
+    if group * num_q > MAX_ROWS:
+        raise ValueError(f"query: expected (Hq/Hkv) * Q <= {MAX_ROWS} rows per kv head, got {group} * {num_q}")
+    nb, bs, kgeo = _cache_geometry("key_cache", key_cache, layout, num_kv_heads, head_dim, False)
+    nbv, bsv, vgeo = _cache_geometry("value_cache", value_cache, layout, num_kv_heads, head_dim, True)
+    if (nbv, bsv) != (nb, bs):
+        raise ValueError(f"value_cache: expected num_blocks={nb}, block_size={bs} as key_cache, got {nbv}, {bsv}")
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if t.device != device:
+            raise ValueError(f"{name}: expected a tensor on {device}, got {t.device}")
+    _check_tensor("block_tables", block_tables, (torch.int32,), (2,))
+    _check_tensor("seq_lens", seq_lens, (torch.int32, torch.int64), (1,))
+    if block_tables.shape[0] != num_seqs or seq_lens.shape[0] != num_seqs:
+        raise ValueError(f"block_tables/seq_lens: expected {num_seqs} rows (num_seqs of query), "
+                         f"got {block_tables.shape[0]} and {seq_lens.shape[0]}")
+    if block_tables.device != device or seq_lens.device != device:
+        raise ValueError(f"block_tables/seq_lens: expected tensors on {device}")
+    if block_tables.stride(1) != 1:
+        raise ValueError(f"block_tables: expected contiguous rows, got strides {tuple(block_tables.stride())}")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool):
+        raise TypeError(f"scale: expected a float, got {type(scale).__name__}")
+    if not isinstance(sliding_window, int) or isinstance(sliding_window, bool):
+        raise TypeError(f"sliding_window: expected an int (<= 0 for full attention), got {sliding_window!r}")
+    if max_seq_len is None:
+        max_seq_len = block_tables.shape[1] * bs
+    if not isinstance(max_seq_len, int) or max_seq_len < 0:
+        raise ValueError(f"max_seq_len: expected a host int >= 0, got {max_seq_len!r}")
+    if not isinstance(partition_size, int) or partition_size < bs or partition_size % bs:
+        raise ValueError(f"partition_size: expected a positive multiple of block_size={bs}, got {partition_size!r}")
+    if force_split not in (None, True, False):
+        raise ValueError(f"force_split: expected None, True or False, got {force_split!r}")
+    if workspace is not None and not isinstance(workspace, dict):
+        raise TypeError(f"workspace: expected None or a dict, got {type(workspace).__name__}")
+    ks, ks_tok, ks_st = _scale_args("k_scale", k_scale, device, nb, num_kv_heads, bs)
+    vs, vs_tok, vs_st = _scale_args("v_scale", v_scale, device, nb, num_kv_heads, bs)
+    if ks_tok != vs_tok:
+        raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
+    if num_seqs == 0:
+        return out
+
+    fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
+    if fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ):
+        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
+    plan = _plan.plan_decode(
+        num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=max_seq_len, num_queries=num_q,
+        window=sliding_window, block_size=bs, partition_size=partition_size,
+        cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split)
+    rows = group * num_q
+    m_pad = max(16, 1 << (rows - 1).bit_length())
+    if plan.split:
+        store = workspace if workspace is not None else _workspace.default_store(device)
+        m_ws, l_ws, acc_ws = _workspace.acquire(
+            store, device, (num_seqs, num_kv_heads, plan.p2, rows), (num_seqs, num_kv_heads, plan.p2, rows, head_dim))
+    else:
+        m_ws = l_ws = acc_ws = out
+    ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
+    common = dict(G=group, Q=num_q, M_PAD=m_pad, D=head_dim)
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        _partition.decode_partition_kernel[(num_seqs, num_kv_heads, plan.n_part)](
+            out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
+            m_ws, l_ws, acc_ws,
+            float(scale), sliding_window, plan.part_size,
+            o4.stride(0), o4.stride(1), o4.stride(2),
+            q4.stride(0), q4.stride(1), q4.stride(2),
+            block_tables.stride(0),
+            kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["shi"], kgeo["slo"],
+            vgeo["blk"], vgeo["head"], vgeo["dhi"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
+            *ks_st, *vs_st, *ws_strides,
+            NUM_KV_HEADS=num_kv_heads, BLOCK_SIZE=bs, BLOCK_N=_key_tile(head_dim),
+            K_DX=kgeo["dx"], K_SX=kgeo["sx"], V_DX=vgeo["dx"], V_SX=vgeo["sx"],
+            FP8_MODE=fp8_mode, PER_TOKEN_SCALE=ks_tok, DOT=_TL[_arch.dot_dtype(query.dtype)],
+            SPLIT=plan.split, num_warps=4, **common)
+        if plan.split:
+            _reduce.decode_reduce_kernel[(num_seqs, num_kv_heads)](
+                out, m_ws, l_ws, acc_ws, plan.n_part,
+                o4.stride(0), o4.stride(1), o4.stride(2), *ws_strides, num_warps=4, **common)
+    return out
+

@@ -1,0 +1,71 @@
+"""Split-K planning for the paged decode: whether to split, and how.
+
+A program of the one-pass kernel walks every key its (sequence, kv head)
+attends. The split spreads that walk over partitions when it pays:
+
+- keys attended per sequence: eff = min(max_seq_len, W + Q - 1) for a window
+  W > 0, else max_seq_len; the walk starts at a cache-block boundary, so the
+  partitions must cover eff + block_size - 1 keys;
+- auto mode splits only on an allowed arch (`QUANTFLOOR_SPLIT_ARCH`, a comma
+  list, overrides the default) and only when the grid of num_seqs * Hkv
+  programs underfills the device or the walk is long (at least
+  LONG_WALK_PARTS partitions of `partition_size`);
+- the partition count is capped near 2 programs per CU; when capped, the
+  partition grows (block aligned, never below `partition_size`) so that the
+  partitions still cover every key;
+- the workspace's partition dim is the count rounded up to a power of two.
+"""
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_SPLIT_ARCHS = ("gfx950", "sm90")
+LONG_WALK_PARTS = 8
+PROGRAMS_PER_CU = 2
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """split: run partition + reduce; n_part partitions of part_size keys;
+    p2: the workspace's partition dim (next power of two of n_part)."""
+
+    split: bool
+    n_part: int
+    part_size: int
+    p2: int
+
+
+def split_archs() -> tuple[str, ...]:
+    """The archs where the auto path may split."""
+    env = os.environ.get("QUANTFLOOR_SPLIT_ARCH")
+    if env is None:
+        return DEFAULT_SPLIT_ARCHS
+    return tuple(a.strip() for a in env.split(",") if a.strip())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queries: int,
+                window: int, block_size: int, partition_size: int, cu: int, arch: str,
+                force_split: bool | None) -> DecodePlan:
+    """Choose one-pass or split, the partition count and size."""
+    eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
+    span = max(eff, 1) + block_size - 1
+    n_full = _cdiv(span, partition_size)
+    grid = max(num_seqs * num_kv_heads, 1)
+    onepass = DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1)
+    if force_split is False:
+        return onepass
+    if force_split is None:
+        wanted = grid < cu or n_full >= LONG_WALK_PARTS
+        if arch not in split_archs() or n_full < 2 or not wanted:
+            return onepass
+    n_part = min(n_full, max(2, PROGRAMS_PER_CU * cu // grid))
+    part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
+    return DecodePlan(split=True, n_part=n_part, part_size=part, p2=_next_pow2(n_part))

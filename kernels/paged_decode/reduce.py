@@ -1,0 +1,55 @@
+"""The split-K reduce kernel: merge per-partition softmax states.
+
+One program per (sequence, kv head) folds the n_part partitions of its M rows:
+
+    m   = max_j m_j                       over partitions with l_j > 0
+    l   = sum_j exp(m_j - m) * l_j
+    out = sum_j exp(m_j - m) * acc_j / l  (0 where no partition saw a key)
+
+m_j is in log2 units (the partition kernel scores with exp2). A partition
+with l_j == 0 saw no key; its acc was never written and is skipped, so stale
+or NaN scratch never reaches the output. n_part is a runtime argument, so a
+changing partition count reuses one compiled kernel.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def decode_reduce_kernel(
+    out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, n_part,
+    s_oi, s_op, s_oh,
+    ws_seq, ws_head, ws_part,
+    G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kvh = tl.program_id(1)
+    rows = tl.arange(0, M_PAD)
+    row_ok = rows < G * Q
+    dims = tl.arange(0, D)
+    ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head
+
+    m_run = tl.full([M_PAD], float("-inf"), tl.float32)
+    l_run = tl.zeros([M_PAD], tl.float32)
+    acc = tl.zeros([M_PAD, D], tl.float32)
+    for j in range(0, n_part):
+        ws = ws_base + j * ws_part
+        l_j = tl.load(l_ws_ptr + ws + rows, mask=row_ok, other=0.0)
+        seen = l_j > 0
+        m_j = tl.load(m_ws_ptr + ws + rows, mask=row_ok & seen, other=float("-inf"))
+        acc_j = tl.load(acc_ws_ptr + (ws + rows[:, None]) * D + dims[None, :],
+                        mask=(row_ok & seen)[:, None], other=0.0)
+        m_new = tl.maximum(m_run, m_j)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_run - m_safe)
+        beta = tl.where(seen, tl.exp2(m_j - m_safe), 0.0)
+        l_run = l_run * alpha + beta * tl.where(seen, l_j, 0.0)
+        acc = acc * alpha[:, None] + beta[:, None] * acc_j
+        m_run = m_new
+
+    out = tl.where(l_run[:, None] > 0, acc / tl.where(l_run > 0, l_run, 1.0)[:, None], 0.0)
+    tok = rows // G
+    head = kvh * G + rows % G
+    o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op + head[:, None] * s_oh + dims[None, :]
+    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])

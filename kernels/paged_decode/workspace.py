@@ -1,0 +1,70 @@
+"""fp32 scratch for the split-K decode: per (device, stream), grow-only.
+
+A store is a plain dict holding flat fp32 buffers "ml" (m and l of every
+partition row) and "acc" (their accumulators), plus bookkeeping:
+
+- `acquire` hands out views of the right shapes; a buffer is reused when it
+  lives on the right device and holds at least the elements asked for (so a
+  head-128 call after a head-64 call with the same partition shape grows
+  "acc" instead of writing past it);
+- buffers only grow, and a replaced buffer stays referenced in "retired",
+  because a captured CUDA graph may still point at it;
+- "allocations" counts the calls that had to allocate, for tests to read.
+
+Calls in flight on two streams must not share scratch, so the default stores
+are keyed by (device, stream). The partition dim of the views is rounded up
+to a power of two by the caller, so alternating partition counts reuse one
+buffer.
+"""
+
+import torch
+
+_STORES: dict[tuple, dict] = {}
+
+
+def default_store(device: torch.device) -> dict:
+    """The scratch store of `device`'s current stream (CPU: one per device)."""
+    device = torch.device(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    return _STORES.setdefault((device.type, device.index, stream), {})
+
+
+def _fits(store: dict, name: str, device: torch.device, numel: int) -> bool:
+    buf = store.get(name)
+    return buf is not None and buf.device == device and buf.numel() >= numel
+
+
+def _replace(store: dict, name: str, device: torch.device, numel: int) -> None:
+    old = store.get(name)
+    if old is not None:
+        store.setdefault("retired", []).append(old)
+    store[name] = torch.empty(numel, dtype=torch.float32, device=device)
+
+
+def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple):
+    """Views (m, l, acc) of shapes ml_shape, ml_shape, acc_shape from `store`."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    ml_numel = 2 * _numel(ml_shape)
+    acc_numel = _numel(acc_shape)
+    fits = _fits(store, "ml", device, ml_numel) and _fits(store, "acc", device, acc_numel)
+    if not fits:
+        store["allocations"] = store.get("allocations", 0) + 1
+        for name, numel in (("ml", ml_numel), ("acc", acc_numel)):
+            if not _fits(store, name, device, numel):
+                _replace(store, name, device, numel)
+    half = ml_numel // 2
+    ml = store["ml"]
+    return (
+        ml[:half].view(ml_shape),
+        ml[half:ml_numel].view(ml_shape),
+        store["acc"][:acc_numel].view(acc_shape),
+    )
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
