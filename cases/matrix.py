@@ -1,0 +1,173 @@
+"""Declared case matrices: the full cartesian product and a pairwise covering array.
+
+A matrix is declared as ``factors``: a dict from factor name to the tuple of
+that factor's values, both in the order they should vary. A row is a dict
+holding one value of every factor, keys in declared order.
+
+``product`` lists every row; the GPU tiers run it whole. ``all_pairs`` lists
+a pairwise (strength-2) covering array, which the CPU tier runs: for any two
+factors f != g, any value a of f and any value b of g, some row has
+``row[f] == a and row[g] == b``, unless no row that ``constraint`` accepts can
+hold both. Every row it returns is accepted by ``constraint``.
+
+Construction (AETG-style greedy, no randomness): while a required pair is
+uncovered, seed a row with the uncovered pair whose two values take part in
+the most uncovered pairs, then fix the remaining factors one at a time,
+largest first, each to the value that covers the most uncovered pairs with the
+values already fixed. With a constraint the row is completed by a depth-first
+search in that same order of preference, and the first complete row the
+constraint accepts is taken. Every tie breaks by declared order, so the rows
+depend on the declaration alone, never on hashing or the Python version.
+
+The constraint sees complete rows only, so deciding which pairs can appear at
+all walks the full product once (stopping as soon as every pair is found);
+that is cheap for the matrices declared here (tens of thousands of rows).
+"""
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from itertools import combinations
+from itertools import product as _cartesian
+
+Constraint = Callable[[dict], bool]
+
+# An interaction is what a row must cover: ((i, a), (j, b)) with i < j says
+# factor i holds its value number a and factor j its value number b. With a
+# single factor it is ((i, a),), and with no factors the empty tuple.
+Interaction = tuple[tuple[int, int], ...]
+
+
+def product(factors: dict[str, tuple]) -> list[dict]:
+    """Every row of the matrix: the first factor varies slowest, the last fastest."""
+    names, values = _declared(factors)
+    return [_row(names, values, idx) for idx in _cartesian(*(range(len(v)) for v in values))]
+
+
+def all_pairs(factors: dict[str, tuple], *, constraint: Constraint | None = None) -> list[dict]:
+    """A small pairwise covering array of the matrix, deterministic (see the module docstring).
+
+    A factor of one value is in every row. One factor alone gives one row per
+    value; no factors at all give the single empty row (or none, if the
+    constraint rejects it).
+    """
+    names, values = _declared(factors)
+    accept = _acceptor(names, values, constraint)
+    sizes = [len(v) for v in values]
+    uncovered = _required(sizes, accept)
+    rows = []
+    while uncovered:
+        idx = _next_row(sizes, uncovered, accept)
+        uncovered.difference_update(_interactions(idx))
+        rows.append(_row(names, values, idx))
+    return rows
+
+
+def covers_all_pairs(rows: list[dict], factors: dict[str, tuple], constraint: Constraint | None = None) -> bool:
+    """True when ``rows`` cover every pair that some row accepted by ``constraint`` can hold.
+
+    A row the constraint rejects covers nothing. A row whose keys are not the
+    declared factors, or that holds an undeclared value, is a ValueError.
+    """
+    names, values = _declared(factors)
+    accept = _acceptor(names, values, constraint)
+    required = _required([len(v) for v in values], accept)
+    for k, row in enumerate(rows):
+        idx = _indices(row, names, values, f"rows[{k}]")
+        if accept is None or accept(idx):
+            required.difference_update(_interactions(idx))
+    return not required
+
+
+def _declared(factors: dict[str, tuple]) -> tuple[list[str], list[tuple]]:
+    """Check a declaration; return its factor names and value tuples in declared order."""
+    if not isinstance(factors, dict):
+        raise TypeError(f"factors: expected a dict of factor name -> tuple of values, got {type(factors).__name__}")
+    for name, values in factors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"factors: expected str factor names, got {name!r} ({type(name).__name__})")
+        if not isinstance(values, tuple):
+            raise TypeError(f"factors[{name!r}]: expected a tuple of values, got {type(values).__name__}")
+        if not values:
+            raise ValueError(f"factors[{name!r}]: expected at least one value, got an empty tuple")
+        for k, value in enumerate(values):
+            if value in values[:k]:
+                raise ValueError(f"factors[{name!r}]: expected distinct values, got {value!r} twice")
+    return list(factors), list(factors.values())
+
+
+def _acceptor(names: list[str], values: list[tuple], constraint: Constraint | None):
+    """The constraint as a test on value indices, or None when every row is allowed."""
+    if constraint is None:
+        return None
+    if not callable(constraint):
+        raise TypeError(f"constraint: expected a callable row -> bool or None, got {type(constraint).__name__}")
+    return lambda idx: bool(constraint(_row(names, values, idx)))
+
+
+def _row(names: list[str], values: list[tuple], idx: tuple[int, ...]) -> dict:
+    return {name: vals[i] for name, vals, i in zip(names, values, idx)}
+
+
+def _indices(row: dict, names: list[str], values: list[tuple], where: str) -> tuple[int, ...]:
+    """The value numbers of a row, checked against the declaration."""
+    if not isinstance(row, dict) or list(row) != names:
+        got = list(row) if isinstance(row, dict) else type(row).__name__
+        raise ValueError(f"{where}: expected a dict with keys {names}, got {got}")
+    idx = []
+    for name, vals in zip(names, values):
+        try:
+            idx.append(vals.index(row[name]))
+        except ValueError:
+            raise ValueError(f"{where}[{name!r}]: expected one of {vals!r}, got {row[name]!r}") from None
+    return tuple(idx)
+
+
+def _interactions(idx: tuple[int, ...]) -> Iterator[Interaction]:
+    """What one row covers: its value pairs (its single values with one factor)."""
+    return combinations(tuple(enumerate(idx)), min(2, len(idx)))
+
+
+def _required(sizes: list[int], accept) -> set[Interaction]:
+    """Every interaction some accepted row holds."""
+    strength = min(2, len(sizes))
+    every = {
+        tuple(zip(fs, vs))
+        for fs in combinations(range(len(sizes)), strength)
+        for vs in _cartesian(*(range(sizes[f]) for f in fs))
+    }
+    if accept is None:
+        return every
+    missing = set(every)
+    for idx in _cartesian(*(range(n) for n in sizes)):
+        if not missing:
+            break
+        if accept(idx):
+            missing.difference_update(_interactions(idx))
+    return every - missing
+
+
+def _next_row(sizes: list[int], uncovered: set[Interaction], accept) -> tuple[int, ...]:
+    """The greedy next row: seeded by the busiest uncovered pair, filled largest factor first."""
+    busy = Counter(item for interaction in uncovered for item in interaction)
+    seed = max(sorted(uncovered), key=lambda interaction: sum(busy[item] for item in interaction))
+    fixed = dict(seed)
+    order = sorted((f for f in range(len(sizes)) if f not in fixed), key=lambda f: (-sizes[f], f))
+
+    def gain(f: int, v: int) -> int:
+        pairs = (((g, fixed[g]), (f, v)) if g < f else ((f, v), (g, fixed[g])) for g in fixed)
+        return sum(pair in uncovered for pair in pairs)
+
+    def complete(depth: int) -> tuple[int, ...] | None:
+        if depth == len(order):
+            idx = tuple(fixed[f] for f in range(len(sizes)))
+            return idx if accept is None or accept(idx) else None
+        f = order[depth]
+        for v in sorted(range(sizes[f]), key=lambda v: (-gain(f, v), -busy[(f, v)], v)):
+            fixed[f] = v
+            found = complete(depth + 1)
+            if found is not None:
+                return found
+            del fixed[f]
+        return None
+
+    return complete(0)

@@ -1,0 +1,85 @@
+"""Regression cases: one per bug that reviews of such kernels found.
+
+Each is named after the failure it provokes. A regression is either a plain
+numeric case (judged by the gate like any other) or a probe: a named
+procedure in `verify.probes` (several calls, two streams, a CUDA graph, an
+allocation count) that ends in a verdict. `verify.mutants` pairs each with a
+mutant, the kernel or host code with that one fix taken back, which must FAIL.
+"""
+
+from dataclasses import dataclass
+
+from cases.decode import DecodeCase
+
+
+@dataclass(frozen=True)
+class Regression:
+    """name: the failure; finding: what went wrong; case: the numeric case (None for a probe);
+    probe: the probe's name in verify.probes (None for a numeric case); gpu: needs a GPU."""
+
+    name: str
+    finding: str
+    case: object = None
+    probe: str | None = None
+    gpu: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.case.id if self.case is not None else f"probe-{self.name}"
+
+
+def _decode(**kw) -> DecodeCase:
+    base = dict(cache="e4m3fn", scales="token", block=16, hq=8, hkv=2, d=64, window=0, lens=(40, 9),
+                q=1, layout="shuffled", path="onepass")
+    base.update(kw)
+    return DecodeCase(**base)
+
+
+DECODE_REGRESSIONS = (
+    Regression("capped-partitions",
+               "the partition count was capped for a small grid but each partition still read "
+               "partition_size keys, so only n_part * partition_size of the window was attended",
+               case=_decode(hq=32, hkv=8, d=128, window=4096, lens=(4200, 4500), path="split", cu=32,
+                            tag="capped")),
+    Regression("two-streams",
+               "two split calls in flight on two streams shared one scratch buffer",
+               probe="two_streams", gpu=True),
+    Regression("head-churn",
+               "a head-128 call after a head-64 call with the same partition shape reused the "
+               "smaller accumulator and wrote past it",
+               probe="head_churn"),
+    Regression("shape-churn",
+               "partition counts alternating 12/16/20 reallocated the scratch on every call",
+               probe="shape_churn"),
+    Regression("nan-unused-v-slots",
+               "NaN bytes in the unused slots of a sequence's last page reached the output via 0 * NaN",
+               case=_decode(lens=(17, 1), path="onepass", tag="nanslots")),
+    Regression("empty-partitions",
+               "partitions that saw no key left NaN scratch that the reduce folded in; "
+               "seq_len 0 rows came back as 0 / 0",
+               case=_decode(lens=(0, 1, 700), partition=64, path="split", cu=1024, tag="emptyparts")),
+    Regression("cu-num-ignored",
+               "the CU count came from the device properties and ignored CU_NUM",
+               probe="cu_num"),
+    Regression("v-scale-strides",
+               "per-token V scales were read with the K scales' strides",
+               case=_decode(lens=(70, 33), path="onepass", tag="vstrides")),
+    Regression("reduce-batch-stride",
+               "the reduce read partials with a wrong batch stride, folding every sequence onto "
+               "sequence 0 (batch-1 tests still passed)",
+               case=_decode(lens=(300, 700, 50), partition=64, path="split", cu=64, tag="batchfold")),
+    Regression("window-off-by-one",
+               "the window kept W - 1 keys instead of W",
+               case=_decode(window=2, lens=(9, 4), q=2, path="onepass", tag="window2")),
+    Regression("graph-growth",
+               "the scratch grown after a CUDA graph was captured freed the buffer the graph "
+               "still wrote to",
+               probe="graph_growth", gpu=True),
+)
+
+
+def by_name(name: str) -> Regression:
+    for reg in DECODE_REGRESSIONS:
+        if reg.name == name:
+            return reg
+    raise ValueError(f"regression: expected one of {[r.name for r in DECODE_REGRESSIONS]}, got {name!r}")

@@ -1,0 +1,200 @@
+"""Declared matrices: the full product and the pairwise covering array."""
+
+import math
+import os
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from cases.matrix import all_pairs, covers_all_pairs, product
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The size of the seeds' decode matrix: 9 factors of 3,2,2,3,3,4,2,9,3 values.
+NINE = {
+    "fmt": ("e4m3fn", "e4m3fnuz", "bf16"),
+    "scale": ("tensor", "token"),
+    "layout": ("shuffled", "plain"),
+    "block": (16, 32, 64),
+    "group": (1, 4, 8),
+    "window": (0, 128, 1024, 4096),
+    "mtp": (1, 2),
+    "seq_len": (1, 15, 16, 17, 255, 1024, 4095, 4096, 8193),
+    "path": ("onepass", "split", "segmented"),
+}
+
+SMALL = {
+    "fmt": ("fn", "fnuz", "bf16"),
+    "scale": ("tensor", "token"),
+    "group": (1, 4),
+    "layout": ("shuffled",),
+}
+
+
+def bf16_tensor_scale_only(row):
+    """A bf16 cache has no per-token scales."""
+    return not (row["fmt"] == "bf16" and row["scale"] == "token")
+
+
+def window_needs_long_context(row):
+    """Windows over 128 only with sequences longer than the window, and the split path only past 1024 tokens."""
+    if row["window"] > 128 and row["seq_len"] <= row["window"]:
+        return False
+    return not (row["path"] == "split" and row["seq_len"] <= 1024)
+
+
+def pairs_of(rows, factors):
+    """Every (factor, value, factor, value) pair the rows hold."""
+    return {(f, row[f], g, row[g]) for row in rows for f, g in combinations(factors, 2)}
+
+
+def test_product_is_the_cartesian_product_in_declared_order():
+    rows = product(SMALL)
+    assert len(rows) == math.prod(len(v) for v in SMALL.values()) == 12
+    assert all(list(row) == list(SMALL) for row in rows)
+    assert rows[0] == {"fmt": "fn", "scale": "tensor", "group": 1, "layout": "shuffled"}
+    assert rows[1] == {"fmt": "fn", "scale": "tensor", "group": 4, "layout": "shuffled"}
+    assert rows[-1] == {"fmt": "bf16", "scale": "token", "group": 4, "layout": "shuffled"}
+    assert len({tuple(row.values()) for row in rows}) == len(rows)
+    assert len(product(NINE)) == 3 * 2 * 2 * 3 * 3 * 4 * 2 * 9 * 3
+
+
+def test_product_of_nothing_is_one_empty_row():
+    assert product({}) == [{}]
+
+
+def test_all_pairs_covers_every_pair_of_the_nine_factor_matrix():
+    rows = all_pairs(NINE)
+    assert covers_all_pairs(rows, NINE)
+    # Independently of covers_all_pairs: every pair of the full product is in the rows.
+    assert pairs_of(rows, NINE) == pairs_of(product(NINE), NINE)
+    # At least the product of the two largest factors, and well under 100.
+    assert 9 * 4 <= len(rows) < 100
+    assert len({tuple(row.values()) for row in rows}) == len(rows)
+    assert all(list(row) == list(NINE) for row in rows)
+
+
+def test_all_pairs_is_much_smaller_than_the_product():
+    assert len(all_pairs(NINE)) * 100 < len(product(NINE))
+
+
+def test_all_pairs_honours_a_constraint_and_covers_the_pairs_it_allows():
+    rows = all_pairs(NINE, constraint=window_needs_long_context)
+    assert rows and all(window_needs_long_context(row) for row in rows)
+    assert covers_all_pairs(rows, NINE, window_needs_long_context)
+    allowed = [row for row in product(NINE) if window_needs_long_context(row)]
+    assert pairs_of(rows, NINE) == pairs_of(allowed, NINE)
+    # The constraint forbids these pairs outright: they must not appear.
+    assert ("window", 4096, "seq_len", 15) not in pairs_of(rows, NINE)
+    assert ("seq_len", 16, "path", "split") not in pairs_of(rows, NINE)
+    assert len(rows) < 100
+
+
+def test_a_pair_ruled_out_only_through_a_third_factor_is_not_required():
+    # a == 0 forces c == 0 and b == 1 forces c == 1, so (a=0, b=1) fits no row,
+    # though the constraint never names that pair.
+    factors = {"a": (0, 1, 2), "b": (0, 1), "c": (0, 1, 2)}
+
+    def forced(row):
+        return (row["a"] != 0 or row["c"] == 0) and (row["b"] != 1 or row["c"] == 1)
+
+    rows = all_pairs(factors, constraint=forced)
+    assert all(forced(row) for row in rows)
+    assert covers_all_pairs(rows, factors, forced)
+    assert ("a", 0, "b", 1) not in pairs_of(rows, factors)
+    assert pairs_of(rows, factors) == pairs_of([r for r in product(factors) if forced(r)], factors)
+
+
+def test_covers_all_pairs_notices_a_missing_pair():
+    rows = all_pairs(NINE)
+    # Each row the greedy construction adds covers a pair no earlier row did.
+    assert not covers_all_pairs(rows[:-1], NINE)
+    assert not covers_all_pairs(rows[1:2], NINE)
+    assert covers_all_pairs(product(NINE), NINE)
+
+
+def test_rows_the_constraint_rejects_cover_nothing():
+    assert covers_all_pairs(product(SMALL), SMALL, bf16_tensor_scale_only)
+    rejected = [row for row in product(SMALL) if not bf16_tensor_scale_only(row)]
+    assert rejected and not covers_all_pairs(rejected, SMALL, bf16_tensor_scale_only)
+    # Without the constraint, a bf16/token row is required and its absence noticed.
+    allowed = [row for row in product(SMALL) if bf16_tensor_scale_only(row)]
+    assert covers_all_pairs(allowed, SMALL, bf16_tensor_scale_only)
+    assert not covers_all_pairs(allowed, SMALL)
+
+
+def test_all_pairs_of_a_small_matrix_is_pinned():
+    # The CPU tier's case ids come from these rows: a change here changes that tier.
+    assert all_pairs(SMALL) == [
+        {"fmt": "fn", "scale": "tensor", "group": 1, "layout": "shuffled"},
+        {"fmt": "fnuz", "scale": "token", "group": 4, "layout": "shuffled"},
+        {"fmt": "bf16", "scale": "tensor", "group": 4, "layout": "shuffled"},
+        {"fmt": "bf16", "scale": "token", "group": 1, "layout": "shuffled"},
+        {"fmt": "fn", "scale": "token", "group": 4, "layout": "shuffled"},
+        {"fmt": "fnuz", "scale": "tensor", "group": 1, "layout": "shuffled"},
+    ]
+
+
+def test_all_pairs_is_deterministic_across_processes_and_hash_seeds():
+    script = (
+        "from cases.matrix import all_pairs\n"
+        "from tests.test_matrix import NINE, window_needs_long_context\n"
+        "print(repr(all_pairs(NINE)))\n"
+        "print(repr(all_pairs(NINE, constraint=window_needs_long_context)))\n"
+    )
+    expected = f"{all_pairs(NINE)!r}\n{all_pairs(NINE, constraint=window_needs_long_context)!r}\n"
+    assert all_pairs(NINE) == all_pairs(NINE)
+    for seed in ("0", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        )
+        assert done.stdout == expected
+
+
+def test_factors_of_one_value_are_in_every_row():
+    factors = {"a": (1, 2, 3), "only": ("x",), "b": (True, False), "also": (7,)}
+    rows = all_pairs(factors)
+    assert all(row["only"] == "x" and row["also"] == 7 for row in rows)
+    assert covers_all_pairs(rows, factors)
+    assert len(rows) == 6
+
+
+def test_degenerate_matrices():
+    assert all_pairs({"a": (1, 2, 3)}) == [{"a": 1}, {"a": 2}, {"a": 3}]
+    assert all_pairs({"a": (1, 2, 3)}, constraint=lambda row: row["a"] != 2) == [{"a": 1}, {"a": 3}]
+    assert all_pairs({"a": ("x",), "b": ("y",)}) == [{"a": "x", "b": "y"}]
+    assert all_pairs({}) == [{}]
+    assert all_pairs(SMALL, constraint=lambda row: False) == []
+    assert covers_all_pairs([], SMALL, lambda row: False)
+    assert not covers_all_pairs([], SMALL)
+
+
+@pytest.mark.parametrize(
+    "factors, error, words",
+    [
+        ([("a", (1, 2))], TypeError, "factors: expected a dict"),
+        ({"a": [1, 2]}, TypeError, "factors['a']: expected a tuple of values, got list"),
+        ({"a": ()}, ValueError, "factors['a']: expected at least one value"),
+        ({"a": (1, 2, 1)}, ValueError, "factors['a']: expected distinct values, got 1 twice"),
+        ({3: (1, 2)}, TypeError, "factors: expected str factor names, got 3"),
+    ],
+)
+def test_bad_declarations_are_named(factors, error, words):
+    for build in (product, all_pairs, lambda f: covers_all_pairs([], f)):
+        with pytest.raises(error) as caught:
+            build(factors)
+        assert words in str(caught.value)
+
+
+def test_bad_constraint_and_rows_are_named():
+    with pytest.raises(TypeError, match="constraint: expected a callable"):
+        all_pairs(SMALL, constraint="fmt != bf16")
+    row = {"fmt": "fn", "scale": "tensor", "group": 2, "layout": "shuffled"}
+    with pytest.raises(ValueError, match=r"rows\[0\]\['group'\]: expected one of \(1, 4\), got 2"):
+        covers_all_pairs([row], SMALL)
+    with pytest.raises(ValueError, match=r"rows\[0\]: expected a dict with keys"):
+        covers_all_pairs([{"fmt": "fn"}], SMALL)
