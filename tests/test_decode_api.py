@@ -1,0 +1,131 @@
+"""The decode entry's argument checks, the split planner and the scratch store."""
+
+import pytest
+import torch
+
+from cases import decode as decode_cases
+from kernels.paged_decode import paged_attention_decode
+from kernels.paged_decode import plan as decode_plan
+from kernels.paged_decode import workspace
+from verify import adapters, floors, gate
+
+
+@pytest.fixture
+def inputs(device):
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, 64, 0, (40, 9), 1, "shuffled", "onepass")
+    return decode_cases.build(case, device, 1234)
+
+
+def _call(inputs, **changes):
+    args = dict(out=inputs.out, query=inputs.query, key_cache=inputs.key_cache, value_cache=inputs.value_cache,
+                block_tables=inputs.block_tables, seq_lens=inputs.seq_lens, scale=inputs.scale,
+                k_scale=inputs.k_scale, v_scale=inputs.v_scale, sliding_window=0)
+    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("layout", "max_seq_len", "partition_size",
+                                                                   "force_split", "workspace")}
+    args.update(changes)
+    return paged_attention_decode(*args.values(), **kwargs)
+
+
+@pytest.mark.parametrize("change, argument, fragment", [
+    (lambda i: {"query": i.query.float()}, "query", "bfloat16, float16"),
+    (lambda i: {"query": i.query[..., :48].contiguous()}, "query", "head size"),
+    (lambda i: {"out": i.out[:1]}, "out", "expected shape"),
+    (lambda i: {"key_cache": i.key_cache.view(torch.uint8)}, "key_cache", "float8_e4m3fn"),
+    (lambda i: {"value_cache": i.value_cache.view(torch.float8_e4m3fnuz)}, "value_cache", "dtype of key_cache"),
+    (lambda i: {"query": i.query[:, :3], "out": i.out[:, :3]}, "query", "multiple of Hkv"),
+    (lambda i: {"key_cache": i.key_cache[:, :1]}, "value_cache", "expected Hkv=1"),
+    (lambda i: {"layout": "blocked"}, "layout", "'shuffled'"),
+    (lambda i: {"layout": "plain"}, "key_cache", "plain layout"),
+    (lambda i: {"block_tables": i.block_tables.long()}, "block_tables", "int32"),
+    (lambda i: {"seq_lens": i.seq_lens[:1]}, "block_tables/seq_lens", "2 rows"),
+    (lambda i: {"k_scale": i.k_scale[:, :, :3]}, "k_scale", "per-token"),
+    (lambda i: {"v_scale": i.v_scale.double()}, "v_scale", "float32"),
+    (lambda i: {"k_scale": 1.0}, "k_scale/v_scale", "both per-tensor or both per-token"),
+    (lambda i: {"sliding_window": 4.0}, "sliding_window", "an int"),
+    (lambda i: {"partition_size": 40}, "partition_size", "multiple of block_size=16"),
+    (lambda i: {"max_seq_len": -1}, "max_seq_len", "host int"),
+    (lambda i: {"force_split": "yes"}, "force_split", "None, True or False"),
+    (lambda i: {"workspace": [1]}, "workspace", "a dict"),
+])
+def test_bad_arguments_are_named(inputs, change, argument, fragment):
+    with pytest.raises((TypeError, ValueError)) as err:
+        _call(inputs, **change(inputs))
+    message = str(err.value)
+    assert message.startswith(argument + ":"), message
+    assert fragment in message, message
+
+
+def test_plan_caps_partitions_but_covers_every_key():
+    p = decode_plan.plan_decode(num_seqs=16, num_kv_heads=8, max_seq_len=8192, num_queries=1, window=4096,
+                                block_size=16, partition_size=256, cu=256, arch="gfx950", force_split=None)
+    assert p.split and p.n_part == 4
+    assert p.n_part * p.part_size >= 4096 + 15 and p.part_size % 16 == 0 and p.part_size >= 256
+    assert p.p2 == 4
+
+
+def test_plan_gate():
+    common = dict(num_kv_heads=8, num_queries=1, window=0, block_size=16, partition_size=256)
+    short = decode_plan.plan_decode(num_seqs=2, max_seq_len=300, cu=132, arch="sm90", force_split=None, **common)
+    full = decode_plan.plan_decode(num_seqs=64, max_seq_len=1024, cu=132, arch="sm90", force_split=None, **common)
+    unlisted = decode_plan.plan_decode(num_seqs=2, max_seq_len=8192, cu=132, arch="gfx942", force_split=None,
+                                       **common)
+    forced = decode_plan.plan_decode(num_seqs=2, max_seq_len=8192, cu=132, arch="gfx942", force_split=True,
+                                     **common)
+    long = decode_plan.plan_decode(num_seqs=2, max_seq_len=8192, cu=132, arch="sm90", force_split=None, **common)
+    assert not short.split or short.n_part >= 2
+    assert not full.split and not unlisted.split
+    assert forced.split and long.split and long.n_part >= 4
+
+
+def test_split_arch_env(monkeypatch):
+    monkeypatch.setenv("QUANTFLOOR_SPLIT_ARCH", "gfx942, cpu")
+    assert decode_plan.split_archs() == ("gfx942", "cpu")
+    monkeypatch.setenv("QUANTFLOOR_SPLIT_ARCH", "")
+    assert decode_plan.split_archs() == ()
+
+
+def test_workspace_grows_only_and_keeps_replaced_buffers(device):
+    store = {}
+    m, l, acc = workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 64))
+    assert store["allocations"] == 1 and m.shape == (2, 8, 16, 4) and acc.shape == (2, 8, 16, 4, 64)
+    first_acc = store["acc"]
+    workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 32))
+    assert store["allocations"] == 1
+    workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 128))
+    assert store["allocations"] == 2 and store["acc"].numel() == 2 * 8 * 16 * 4 * 128
+    assert any(t is first_acc for t in store["retired"])
+
+
+def test_workspace_replaces_tensors_of_another_device(device):
+    store = {"ml": torch.empty(10, device="meta"), "acc": torch.empty(10, device="meta")}
+    m, _, acc = workspace.acquire(store, device, (1, 1, 1, 2), (1, 1, 1, 2, 4))
+    assert m.device.type == torch.device(device).type and acc.device.type == torch.device(device).type
+
+
+def test_auto_without_split_equals_onepass_bit_for_bit(device, monkeypatch):
+    monkeypatch.setenv("QUANTFLOOR_SPLIT_ARCH", "none-listed")
+    case = decode_cases.DecodeCase("e4m3fnuz", "tensor", 32, 16, 4, 128, 64, (150, 20), 2, "plain", "auto")
+    inputs = decode_cases.build(case, device, 99)
+    auto = adapters.decode_call(inputs, path="auto").clone()
+    onepass = adapters.decode_call(inputs, path="onepass", out=torch.full_like(inputs.out, float("nan")))
+    assert torch.equal(auto, onepass)
+
+
+def test_split_reproduces_onepass_within_the_gate(device):
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, 64, 0, (700, 333), 1, "shuffled", "split",
+                                   partition=64, cu=64)
+    inputs = decode_cases.build(case, device, 7)
+    split = adapters.decode(inputs).clone()
+    onepass = adapters.decode_call(inputs, path="onepass", out=torch.full_like(inputs.out, float("nan")))
+    judged = floors.decode(inputs)
+    verdict = gate.judge("t", case.id, {"split": (split, judged.ref8), "onepass": (onepass, judged.ref8)},
+                         judged.floor, judged.multiple)
+    assert verdict.passed, verdict.reasons
+    assert (split.float() - onepass.float()).abs().max() <= 0.1 * judged.floor
+
+
+def test_seq_len_zero_everywhere_gives_zeros(device):
+    case = decode_cases.DecodeCase("e4m3fn", "tensor", 16, 8, 2, 64, 0, (0, 0), 4, "shuffled", "split")
+    inputs = decode_cases.build(case, device, 3)
+    out = adapters.decode(inputs)
+    assert torch.equal(out.float(), torch.zeros_like(out.float()))

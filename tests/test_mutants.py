@@ -1,0 +1,34 @@
+"""The kill matrix: each mutant (one fix taken back) FAILS its regression case,
+and the real code PASSES it."""
+
+import pytest
+
+from verify import mutants
+
+
+def pytest_generate_tests(metafunc):
+    if "mutant" in metafunc.fixturenames:
+        tier = metafunc.config.quantfloor_tier
+        chosen = [m for m in mutants.MUTANTS if tier != "cpu" or not mutants.regression_of(m).gpu]
+        metafunc.parametrize("mutant", chosen, ids=[m.name for m in chosen])
+
+
+def test_mutant_is_killed(mutant, device, tier):
+    (row,) = mutants.kill_matrix(tier, device, names=[mutant.name])
+    assert row.real.passed, f"real code fails {row.case_id}: {row.real.reasons}"
+    assert not row.mutated.passed, f"mutant {mutant.name} survived {row.case_id}"
+
+
+def test_every_mutant_snippet_occurs_once():
+    for mutant in mutants.MUTANTS:
+        with mutants.applied(mutant) as module:
+            assert module is not None
+
+
+def test_mutant_is_not_left_behind(device):
+    from kernels.paged_decode import api
+
+    before = api._plan
+    with mutants.applied(mutants.by_name("capped-partitions")):
+        assert api._plan is not before
+    assert api._plan is before

@@ -1,0 +1,143 @@
+"""The `quantfloor` command line.
+
+    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--json PATH] [--md PATH]
+    quantfloor cases [--tier T] [-k FILTER]
+    quantfloor repro CASE_ID
+    quantfloor mutants [--tier T] [-k NAME]
+    quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
+
+`run`, `mutants` and `merge` exit 0 only when everything passed (for
+`mutants`: every real path passes its case and every mutant fails it).
+"""
+
+import argparse
+import platform
+import sys
+import time
+
+from verify import device as _device
+
+DEVICE = _device.setup()
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from verify import report, runner  # noqa: E402
+
+
+def _meta(args, tier: str) -> dict:
+    name = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu (Triton interpreter)"
+    return {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(), "tier": tier, "command": " ".join(sys.argv),
+            "shard": getattr(args, "shard", None) or "0/1"}
+
+
+def _tier(args) -> str:
+    return _device.check_tier(args.tier or _device.default_tier())
+
+
+def _selected(args, tier):
+    jobs = runner.select(runner.jobs(tier), args.k)
+    index, count = _device.parse_shard(getattr(args, "shard", None))
+    return [j for n, j in enumerate(jobs) if n % count == index]
+
+
+def _emit(verdicts, meta, args) -> int:
+    print(report.console_table(verdicts))
+    if args.json:
+        report.write_json(args.json, verdicts, meta)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(report.markdown(verdicts, meta))
+    line = report.final_line(verdicts)
+    print(line)
+    return 0 if line.startswith("ALL_PASS") else 1
+
+
+def cmd_run(args) -> int:
+    tier = _tier(args)
+    jobs = _selected(args, tier)
+    print(f"quantfloor run: {len(jobs)} cases, tier {tier}, device {_meta(args, tier)['device']}",
+          file=sys.stderr, flush=True)
+    verdicts = runner.run(jobs, DEVICE)
+    return _emit(verdicts, _meta(args, tier), args)
+
+
+def cmd_cases(args) -> int:
+    for job in _selected(args, _tier(args)):
+        print(f"{job.suite:<16} {job.case_id}")
+    return 0
+
+
+def cmd_repro(args) -> int:
+    matches = [j for tier in _device.TIERS for j in runner.jobs(tier) if j.case_id == args.case_id]
+    if matches:
+        job = matches[0]
+    else:
+        from cases.decode import DecodeCase
+
+        case = DecodeCase.from_id(args.case_id)
+        job = runner.Job(f"decode-{case.path}", case.id, lambda dev: runner.decode_verdict(case, dev))
+    started = time.perf_counter()
+    verdict = job.judge(DEVICE)
+    print(f"case    {verdict.case_id}\nsuite   {verdict.suite}\nverdict {'PASS' if verdict.passed else 'FAIL'}")
+    print(f"max abs {verdict.max_abs:.4g}   floor {verdict.floor:.4g}   err/floor {verdict.err_floor:.4g}   "
+          f"rms ratio {verdict.rms_ratio:.3g}   {time.perf_counter() - started:.2f}s")
+    for key, value in verdict.detail.items():
+        print(f"  {key}: {value}")
+    for reason in verdict.reasons:
+        print(f"  - {reason}")
+    return 0 if verdict.passed else 1
+
+
+def cmd_mutants(args) -> int:
+    from verify import mutants
+
+    tier = _tier(args)
+    rows = mutants.kill_matrix(tier, DEVICE, names=args.k.split() if args.k else None)
+    print(mutants.format_kill_matrix(rows))
+    ok = bool(rows) and all(r.killed for r in rows)
+    print(f"{'ALL_KILLED' if ok else 'NOT_ALL_KILLED'} ({sum(r.killed for r in rows)} of {len(rows)} mutants)")
+    return 0 if ok else 1
+
+
+def cmd_merge(args) -> int:
+    meta, verdicts = report.merge(args.reports)
+    return _emit(verdicts, meta, args)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quantfloor", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def tiered(name, helptext):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("--tier", choices=_device.TIERS, default=None, help="default: gpu with a GPU, else cpu")
+        s.add_argument("-k", default=None, help="keep cases whose id or suite contains every word")
+        return s
+
+    run = tiered("run", "judge every case of a tier; ALL_PASS or FAIL")
+    run.add_argument("--shard", default=None, help="i/n: run the i-th of n slices")
+    for s in (run, sub.add_parser("merge", help="join JSON reports of shards")):
+        s.add_argument("--json", default=None, help="write the JSON report here")
+        s.add_argument("--md", default=None, help="write a markdown summary here")
+    sub.choices["merge"].add_argument("reports", nargs="+")
+    tiered("cases", "list the case ids of a tier")
+    tiered("mutants", "the kill matrix: every mutant must fail its case")
+    sub.add_parser("repro", help="run one case by id and show its errors").add_argument("case_id")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    handler = {"run": cmd_run, "cases": cmd_cases, "repro": cmd_repro, "mutants": cmd_mutants,
+               "merge": cmd_merge}[args.command]
+    try:
+        return handler(args)
+    except ValueError as exc:
+        print(f"quantfloor: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

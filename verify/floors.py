@@ -1,0 +1,44 @@
+"""References and floors: what each case is judged against.
+
+ref  : the float64 reference on the original, unquantized inputs;
+ref8 : the float64 reference on exactly the values the kernel sees;
+floor: fp8 caches: max|ref - ref8|, the error quantization alone makes;
+       unquantized (bf16 caches, KDA): max|same-precision torch - ref8|, the
+       error a straightforward implementation at the input precision makes.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from reference import paged_decode as ref_decode
+from verify import tolerances
+
+
+@dataclass(frozen=True)
+class Judged:
+    """ref8 and the floor of one case, and the multiple of the floor it may reach."""
+
+    ref8: torch.Tensor
+    floor: float
+    multiple: float
+
+
+def decode(inputs) -> Judged:
+    """ref8, floor and multiple of a decode case's inputs (cases.decode.DecodeInputs)."""
+    case = inputs.case
+    common = dict(scale=inputs.scale, sliding_window=case.window)
+    ref8 = ref_decode.paged_decode(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables,
+                                   inputs.seq_lens, k_scale=inputs.k_scale, v_scale=inputs.v_scale,
+                                   layout=case.layout, **common)
+    if case.cache == "bf16":
+        other = ref_decode.paged_decode(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables,
+                                        inputs.seq_lens, k_scale=inputs.k_scale, v_scale=inputs.v_scale,
+                                        layout=case.layout, operand_dtype=torch.bfloat16, **common)
+        multiple = tolerances.SAME_PRECISION_MULTIPLE
+    else:
+        other = ref_decode.paged_decode(inputs.query_original, inputs.original_k, inputs.original_v,
+                                        inputs.block_tables, inputs.seq_lens, layout="plain", **common)
+        multiple = tolerances.FP8_FLOOR_FRACTION
+    floor = float((other.to(torch.float64) - ref8).abs().max()) if ref8.numel() else 0.0
+    return Judged(ref8=ref8, floor=floor, multiple=multiple)

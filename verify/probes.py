@@ -1,0 +1,142 @@
+"""Probes: regressions that need more than one call to show.
+
+Each probe runs real kernel calls through the adapters, judges every output
+with the gate, adds its own check (an allocation count, a plan, a bystander
+buffer), and returns one Verdict named after the regression.
+"""
+
+import dataclasses
+import math
+import time
+
+import torch
+
+from cases import decode as decode_cases
+from cases.decode import DecodeCase
+from kernels.paged_decode import plan as decode_plan
+from verify import adapters, floors, gate
+from verify.device import seed_of
+from verify.verdict import Verdict
+
+SUITE = "regressions"
+
+
+def _case(**kw) -> DecodeCase:
+    base = dict(cache="e4m3fn", scales="token", block=16, hq=8, hkv=1, d=64, window=0, lens=(100,), q=1,
+                layout="shuffled", path="split", partition=64, cu=1024)
+    base.update(kw)
+    return DecodeCase(**base)
+
+
+def _judge_all(reg, runs, started, *, extra_reasons=(), detail=None) -> Verdict:
+    """One verdict over several (inputs, out) runs: the worst by err/floor, plus extra reasons."""
+    verdicts = []
+    for inputs, out in runs:
+        judged = floors.decode(inputs)
+        verdicts.append(gate.judge(SUITE, reg.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple,
+                                   zero_rows=inputs.empty_rows))
+    worst = max(verdicts, key=lambda v: (not v.passed, v.err_floor if not math.isnan(v.err_floor) else math.inf))
+    reasons = tuple(extra_reasons) + tuple(r for v in verdicts for r in v.reasons)
+    merged = dict(worst.detail)
+    merged.update(detail or {})
+    return dataclasses.replace(worst, passed=not reasons, reasons=reasons, detail=merged,
+                               seconds=time.perf_counter() - started)
+
+
+def _inputs(case: DecodeCase, device, salt: str = ""):
+    return decode_cases.build(case, device, seed_of(case.id + salt))
+
+
+def head_churn(reg, device) -> Verdict:
+    """A head-128 split call after a head-64 one, same partition shape, one scratch store."""
+    started = time.perf_counter()
+    store = {}
+    runs = []
+    for d in (64, 128):
+        inputs = _inputs(_case(d=d, lens=(300, 120)), device)
+        runs.append((inputs, adapters.decode_call(inputs, path="split", workspace=store)))
+    return _judge_all(reg, runs, started, detail={"allocations": store.get("allocations", 0)})
+
+
+def shape_churn(reg, device) -> Verdict:
+    """Partition counts 12/16/20 alternating over 7 calls allocate scratch at most twice."""
+    started = time.perf_counter()
+    store = {}
+    counts = (12, 16, 20, 12, 16, 20, 12)
+    built = {}
+    runs = []
+    for n in counts:
+        if n not in built:
+            built[n] = _inputs(_case(lens=(n * 64 - 15,)), device)
+        inputs = built[n]
+        runs.append((inputs, adapters.decode_call(inputs, path="split", workspace=store).clone()))
+    allocations = store.get("allocations", 0)
+    extra = [] if allocations <= 2 else [f"{allocations} scratch allocations over {len(counts)} calls (at most 2)"]
+    return _judge_all(reg, runs, started, extra_reasons=extra, detail={"allocations": allocations})
+
+
+def cu_num(reg, device) -> Verdict:
+    """With CU_NUM=48 the split plan (seen through the scratch it sizes) is the plan for 48 CUs."""
+    started = time.perf_counter()
+    case = _case(hq=8, hkv=8, lens=(1000, 1000, 1000, 1000), cu=48)
+    inputs = _inputs(case, device)
+    store = {}
+    out = adapters.decode_call(inputs, path="split", workspace=store)
+    want = decode_plan.plan_decode(num_seqs=4, num_kv_heads=8, max_seq_len=1000, num_queries=1, window=0,
+                                   block_size=16, partition_size=64, cu=48, arch="any", force_split=True)
+    rows = case.hq // case.hkv
+    want_acc = 4 * 8 * want.p2 * rows * case.d
+    got_acc = store["acc"].numel()
+    extra = [] if got_acc == want_acc else [
+        f"scratch sized for another CU count: acc holds {got_acc} elements, the plan for CU_NUM=48 needs {want_acc}"]
+    return _judge_all(reg, [(inputs, out)], started, extra_reasons=extra,
+                      detail={"acc_elements": got_acc, "expected": want_acc})
+
+
+def two_streams(reg, device) -> Verdict:
+    """Two same-shape split calls in flight on two streams, default scratch, five rounds."""
+    started = time.perf_counter()
+    case = _case(hq=32, hkv=8, d=128, lens=(8000, 8000), window=0, partition=256, cu=132)
+    a, b = _inputs(case, device, "a"), _inputs(case, device, "b")
+    streams = (torch.cuda.Stream(device), torch.cuda.Stream(device))
+    runs = []
+    torch.cuda.synchronize(device)
+    for _ in range(5):
+        outs = []
+        for inputs, stream in zip((a, b), streams):
+            out = torch.full_like(inputs.out, float("nan"))
+            with torch.cuda.stream(stream):
+                adapters.decode_call(inputs, path="split", out=out)
+            outs.append(out)
+        torch.cuda.synchronize(device)
+        runs += [(a, outs[0]), (b, outs[1])]
+    return _judge_all(reg, runs, started)
+
+
+def graph_growth(reg, device) -> Verdict:
+    """Capture a split call in a CUDA graph, grow the scratch, replay: output and bystanders intact."""
+    started = time.perf_counter()
+    small = _inputs(_case(hq=8, hkv=2, lens=(900, 400), cu=132), device)
+    large = _inputs(_case(hq=8, hkv=2, d=256, lens=(4000, 3000), cu=132), device)
+    store = {}
+    out = torch.full_like(small.out, float("nan"))
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        adapters.decode_call(small, path="split", workspace=store, out=out)
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    old_acc = store["acc"].numel()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        adapters.decode_call(small, path="split", workspace=store, out=out)
+    grown = adapters.decode_call(large, path="split", workspace=store).clone()
+    bystander = torch.full((old_acc,), 7.0, device=device)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize(device)
+    extra = []
+    if not bool((bystander == 7.0).all()):
+        extra.append("graph replay wrote into memory the grown scratch had released")
+    return _judge_all(reg, [(small, out.clone()), (large, grown)], started, extra_reasons=extra,
+                      detail={"allocations": store.get("allocations", 0)})

@@ -1,0 +1,317 @@
+"""The verifier's report: per-suite summary, console table, JSON, markdown and the final line.
+
+Input everywhere is a list of `Verdict`s in any order, from any number of
+suites. Suites are reported in the order their first verdict appears.
+
+The worst case of a suite is the one with the largest err/floor; a NaN
+err/floor (an output that could not be compared) ranks above inf, and among
+equal values a failed case ranks above a passed one, then the earlier one.
+
+The JSON report is strict JSON: every non-finite float in it (inf err/floor,
+NaN max abs, ...) is written as the string "inf", "-inf" or "nan". Reading
+turns those strings back into floats in a verdict's numbers, its detail and
+the meta; case ids, suites and reasons are read as written.
+
+    {"meta": {...device, versions, tier, command, shard...},
+     "summary": [SuiteSummary as a dict, ...],
+     "verdicts": [Verdict.to_json(), ...]}
+
+The last line a run prints is `final_line`: `ALL_PASS (N cases)` only when
+N > 0 cases ran and all passed, else `FAIL (k of N)`.
+"""
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from verify.verdict import Verdict
+
+# Failed cases listed in the console and in markdown before "... and N more".
+MAX_LISTED = 30
+# Cases per suite in the markdown list of worst cases.
+WORST_PER_SUITE = 5
+
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+# The float fields of a Verdict, which JSON may hold as "inf", "-inf" or "nan".
+_VERDICT_NUMBERS = ("max_abs", "rms_ratio", "floor", "err_floor", "seconds")
+
+
+@dataclass(frozen=True)
+class SuiteSummary:
+    """One suite's line of the report.
+
+    worst_err_floor / worst_case_id: the suite's worst case (see the module docstring).
+    seconds: the sum of its cases' wall seconds.
+    """
+
+    suite: str
+    cases: int
+    passed: int
+    failed: int
+    worst_err_floor: float
+    worst_case_id: str
+    seconds: float
+
+
+def summarize(verdicts: list[Verdict]) -> list[SuiteSummary]:
+    """One summary per suite, in first-seen order."""
+    summaries = []
+    for suite, members in _by_suite(verdicts).items():
+        worst = max(members, key=_badness)
+        passed = sum(v.passed for v in members)
+        summaries.append(
+            SuiteSummary(
+                suite=suite,
+                cases=len(members),
+                passed=passed,
+                failed=len(members) - passed,
+                worst_err_floor=worst.err_floor,
+                worst_case_id=worst.case_id,
+                seconds=sum(v.seconds for v in members),
+            )
+        )
+    return summaries
+
+
+def final_line(verdicts: list[Verdict]) -> str:
+    """`ALL_PASS (N cases)` when N > 0 and all passed, else `FAIL (k of N)`."""
+    verdicts = _checked(verdicts)
+    failed = sum(not v.passed for v in verdicts)
+    if verdicts and not failed:
+        return f"ALL_PASS ({len(verdicts)} cases)"
+    return f"FAIL ({failed} of {len(verdicts)})"
+
+
+def console_table(verdicts: list[Verdict]) -> str:
+    """A fixed-width table, one row per suite, then the failed cases with their first reason."""
+    verdicts = _checked(verdicts)
+    summaries = summarize(verdicts)
+    header = ("suite", "cases", "pass", "fail", "worst err/floor", "seconds", "worst case")
+    rows = [
+        (s.suite, str(s.cases), str(s.passed), str(s.failed), _ratio(s.worst_err_floor), f"{s.seconds:.2f}",
+         s.worst_case_id)
+        for s in summaries
+    ]
+    widths = [max(len(row[k]) for row in [header, *rows]) for k in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
+        lines.append("  ".join([*cells, row[-1]]))
+    failures = _failures(verdicts)
+    if failures:
+        lines.append("")
+        lines.append(f"failed ({len(failures)}):")
+        lines.extend(f"  {v.case_id}: {_first_reason(v)}" for v in failures[:MAX_LISTED])
+        if len(failures) > MAX_LISTED:
+            lines.append(f"  ... and {len(failures) - MAX_LISTED} more")
+    return "\n".join(lines)
+
+
+def to_json(verdicts: list[Verdict], meta: dict) -> dict:
+    """The report as a strict-JSON-ready dict (see the module docstring)."""
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta: expected a dict, got {type(meta).__name__}")
+    verdicts = _checked(verdicts)
+    return _encode(
+        {
+            "meta": meta,
+            "summary": [asdict(s) for s in summarize(verdicts)],
+            "verdicts": [v.to_json() for v in verdicts],
+        }
+    )
+
+
+def write_json(path: str | os.PathLike, verdicts: list[Verdict], meta: dict) -> None:
+    """Write the JSON report to `path` (parent folders made, the file replaced whole)."""
+    path = Path(path)
+    text = json.dumps(to_json(verdicts, meta), indent=1, allow_nan=False) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def read_json(path: str | os.PathLike) -> tuple[dict, list[Verdict]]:
+    """Read a report written by `write_json`: (meta, verdicts)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("meta"), dict) or not isinstance(data.get("verdicts"), list):
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path}: expected a report with a 'meta' dict and a 'verdicts' list, got {got}")
+    verdicts = []
+    for k, item in enumerate(data["verdicts"]):
+        try:
+            numbers = {name: _decode(item[name]) for name in _VERDICT_NUMBERS if name in item}
+            verdicts.append(Verdict.from_json({**item, **numbers, "detail": _decode(item.get("detail", {}))}))
+        except (TypeError, KeyError) as error:
+            raise ValueError(f"{path}: verdicts[{k}]: expected a verdict, got {item!r} ({error!r})") from None
+    return _decode(data["meta"]), verdicts
+
+
+def merge(paths: list[str | os.PathLike]) -> tuple[dict, list[Verdict]]:
+    """Join shard reports: (meta, verdicts), verdicts concatenated in the order of `paths`.
+
+    The merged meta keeps the keys every shard agrees on and records the shards
+    under "shards": each one's path, case count and the meta keys that set it
+    apart. A (suite, case id) found twice is a ValueError naming the case.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        raise TypeError(f"paths: expected a list of report paths, got the single path {str(paths)!r}")
+    paths = list(paths)
+    if not paths:
+        raise ValueError("paths: expected at least one report path, got none")
+    shards, verdicts, seen = [], [], {}
+    for path in paths:
+        meta, found = read_json(path)
+        for v in found:
+            key = (v.suite, v.case_id)
+            if key in seen:
+                raise ValueError(
+                    f"paths: case {v.case_id!r} of suite {v.suite!r} appears twice, in {seen[key]} and {path}"
+                )
+            seen[key] = path
+        shards.append((str(path), meta, len(found)))
+        verdicts.extend(found)
+    first = shards[0][1]
+    common = {k: v for k, v in first.items() if all(k in meta and meta[k] == v for _, meta, _ in shards[1:])}
+    common["shards"] = [
+        {"path": path, "cases": cases, "meta": {k: v for k, v in meta.items() if k not in common}}
+        for path, meta, cases in shards
+    ]
+    return common, verdicts
+
+
+def markdown(verdicts: list[Verdict], meta: dict) -> str:
+    """A pull-request comment: final line, meta line, suite table, failures, worst cases per suite."""
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta: expected a dict, got {type(meta).__name__}")
+    verdicts = _checked(verdicts)
+    lines = [f"### quantfloor: {final_line(verdicts)}", ""]
+    about = _meta_line(meta)
+    if about:
+        lines += [about, ""]
+    if not verdicts:
+        lines.append("No cases ran.")
+        return "\n".join(lines) + "\n"
+    lines += [
+        "| suite | cases | pass | fail | worst err/floor | seconds | worst case |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {_cell(s.suite)} | {s.cases} | {s.passed} | {s.failed} | {_ratio(s.worst_err_floor)} "
+        f"| {s.seconds:.2f} | `{_cell(s.worst_case_id)}` |"
+        for s in summarize(verdicts)
+    ]
+    failures = _failures(verdicts)
+    if failures:
+        lines += ["", f"<details><summary>failed cases ({len(failures)})</summary>", ""]
+        lines += ["| case | err/floor | max abs | floor | first reason |", "|---|---:|---:|---:|---|"]
+        lines += [
+            f"| `{_cell(v.case_id)}` | {_ratio(v.err_floor)} | {_number(v.max_abs)} | {_number(v.floor)} "
+            f"| {_cell(_first_reason(v))} |"
+            for v in failures[:MAX_LISTED]
+        ]
+        if len(failures) > MAX_LISTED:
+            lines += ["", f"... and {len(failures) - MAX_LISTED} more"]
+        lines += ["", "</details>"]
+    lines += ["", f"<details><summary>worst {WORST_PER_SUITE} cases per suite by err/floor</summary>"]
+    for suite, members in _by_suite(verdicts).items():
+        lines += ["", f"**{_cell(suite)}**", ""]
+        lines += ["| case | err/floor | max abs | floor | verdict |", "|---|---:|---:|---:|---|"]
+        lines += [
+            f"| `{_cell(v.case_id)}` | {_ratio(v.err_floor)} | {_number(v.max_abs)} | {_number(v.floor)} "
+            f"| {'PASS' if v.passed else 'FAIL'} |"
+            for v in sorted(members, key=_badness, reverse=True)[:WORST_PER_SUITE]
+        ]
+    lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def _checked(verdicts: list[Verdict]) -> list[Verdict]:
+    verdicts = list(verdicts)
+    for k, v in enumerate(verdicts):
+        if not isinstance(v, Verdict):
+            raise TypeError(f"verdicts[{k}]: expected Verdict, got {type(v).__name__}")
+    return verdicts
+
+
+def _by_suite(verdicts: list[Verdict]) -> dict[str, list[Verdict]]:
+    suites: dict[str, list[Verdict]] = {}
+    for v in _checked(verdicts):
+        suites.setdefault(v.suite, []).append(v)
+    return suites
+
+
+def _badness(v: Verdict) -> tuple[bool, float, bool]:
+    """Orders cases from best to worst: NaN err/floor, then larger err/floor, then failed."""
+    nan = math.isnan(v.err_floor)
+    return nan, math.inf if nan else v.err_floor, not v.passed
+
+
+def _failures(verdicts: list[Verdict]) -> list[Verdict]:
+    """Failed cases, suite by suite (first-seen order), worst first within a suite."""
+    return [
+        v
+        for members in _by_suite(verdicts).values()
+        for v in sorted(members, key=_badness, reverse=True)
+        if not v.passed
+    ]
+
+
+def _first_reason(v: Verdict) -> str:
+    return " ".join(v.reasons[0].split()) if v.reasons else "(no reason given)"
+
+
+def _ratio(x: float) -> str:
+    """err/floor as 0.031, 1.2e+01 or inf."""
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and not 1e-3 <= abs(x) < 10:
+        return f"{x:.1e}"
+    return f"{x:.3f}"
+
+
+def _number(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _cell(text: str) -> str:
+    """Text made safe for one markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _meta_line(meta: dict) -> str:
+    parts = []
+    if "device" in meta:
+        parts.append(f"device: {meta['device']}")
+    versions = meta.get("versions")
+    if isinstance(versions, dict):
+        parts.append(", ".join(f"{name} {version}" for name, version in versions.items()))
+    elif versions is not None:
+        parts.append(str(versions))
+    if "tier" in meta:
+        parts.append(f"tier: {meta['tier']}")
+    return _cell(" · ".join(parts))
+
+
+def _encode(obj):
+    """Non-finite floats as their strings, recursively; lists for tuples."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    return obj
+
+
+def _decode(obj):
+    """The inverse of `_encode` (tuples stay lists)."""
+    if isinstance(obj, str):
+        return _NON_FINITE.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: _decode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v) for v in obj]
+    return obj

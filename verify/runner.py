@@ -1,0 +1,109 @@
+"""The runner: every suite's cases as jobs, each ending in a Verdict.
+
+A job is (suite, case id, how to judge it). `jobs(tier)` lists all of a tier;
+`run(jobs)` judges them one by one, turning an exception into a FAIL verdict
+that names it, and reports progress a line per suite.
+"""
+
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from cases import decode as decode_cases
+from cases import regressions
+from cases.decode_matrix import decode_matrix
+from verify import adapters, floors, gate, probes
+from verify.device import seed_of
+from verify.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Job:
+    suite: str
+    case_id: str
+    judge: Callable[[torch.device], Verdict]
+
+
+def decode_verdict(case, device) -> Verdict:
+    """Build, run and judge one decode case."""
+    started = time.perf_counter()
+    suite = f"decode-{case.path}"
+    inputs = decode_cases.build(case, device, seed_of(case.id))
+    judged = floors.decode(inputs)
+    try:
+        out = adapters.decode(inputs)
+    except Exception as exc:  # a crash is a failure of the case, not of the run
+        return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
+    return gate.judge(suite, case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple,
+                      zero_rows=inputs.empty_rows, started=started)
+
+
+def regression_verdict(reg, device) -> Verdict:
+    """Judge one regression: its numeric case or its probe."""
+    if reg.case is not None:
+        return decode_verdict(reg.case, device)
+    started = time.perf_counter()
+    try:
+        return getattr(probes, reg.probe)(reg, device)
+    except Exception as exc:
+        return gate.failed("regressions", reg.id, f"raised {type(exc).__name__}: {exc}", started)
+
+
+def _decode_job(case) -> Job:
+    return Job(f"decode-{case.path}", case.id, lambda device, c=case: decode_verdict(c, device))
+
+
+def regression_jobs(tier: str) -> list[Job]:
+    out = []
+    for reg in regressions.DECODE_REGRESSIONS:
+        if reg.gpu and tier == "cpu":
+            continue
+        suite = f"decode-{reg.case.path}" if reg.case is not None else "regressions"
+        out.append(Job(suite, reg.id, lambda device, r=reg: regression_verdict(r, device)))
+    return out
+
+
+def jobs(tier: str) -> list[Job]:
+    """Every job of a tier, suites in a fixed order."""
+    out = [_decode_job(c) for c in decode_matrix(tier)]
+    out += regression_jobs(tier)
+    order = {"decode-onepass": 0, "decode-split": 1, "decode-auto": 2, "regressions": 3}
+    return sorted(out, key=lambda j: order.get(j.suite, 9))
+
+
+def select(all_jobs: list[Job], pattern: str | None) -> list[Job]:
+    """Jobs whose case id or suite contains every space-separated word of `pattern`."""
+    if not pattern:
+        return all_jobs
+    words = pattern.split()
+    return [j for j in all_jobs if all(w in j.case_id or w in j.suite for w in words)]
+
+
+def run(selected: list[Job], device, *, stream=sys.stderr) -> list[Verdict]:
+    """Judge each job; a line per suite as it completes."""
+    verdicts = []
+    current, started, count, fails = None, time.perf_counter(), 0, 0
+    for job in selected:
+        if job.suite != current:
+            if current is not None:
+                print(f"  {current}: {count} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
+                      file=stream, flush=True)
+            current, started, count, fails = job.suite, time.perf_counter(), 0, 0
+        t0 = time.perf_counter()
+        try:
+            verdict = job.judge(device)
+        except Exception as exc:
+            detail = traceback.format_exc(limit=3)
+            verdict = gate.failed(job.suite, job.case_id, f"raised {type(exc).__name__}: {exc}", t0,
+                                  traceback=detail)
+        verdicts.append(verdict)
+        count += 1
+        fails += not verdict.passed
+    if current is not None:
+        print(f"  {current}: {count} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
+              file=stream, flush=True)
+    return verdicts

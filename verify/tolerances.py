@@ -1,0 +1,41 @@
+"""Every constant of the gate, each with its reason. Nothing else decides PASS.
+
+An output is judged against ref8, the float64 reference on exactly the values
+the kernel sees. Its error must stay under
+
+    bound = multiple * floor + OUT_EPS[out dtype] * max|ref8|
+
+fp8 paths (floor = max|ref - ref8|, what fp8 quantization alone costs):
+  a kernel that keeps fp8 values exact in bf16/fp16 dot operands and applies
+  scales in fp32 loses only the rounding of P to the dot dtype and of the
+  output, far below a tenth of the floor (the seed's kernels measured about a
+  tenth against a cruder reference). Each known bug of the seeds measured 2x
+  to 25x the floor, or NaN. A quarter of the floor sits between the two with
+  margin on both sides. Dot operands allowed: bf16/fp16 for q, k, v and P
+  (fp8 values are exact there), fp32 accumulation, fp32 scores and scales;
+  tf32 dots or k*scale rounded to bf16 are not assumed and may eat the margin.
+
+Unquantized paths (bf16 cache, KDA; floor = error of a same-precision torch
+implementation against float64): the FlashAttention rule, at most a small
+multiple of what a straightforward implementation at the input precision
+loses. KDA runs a recurrence whose bf16 rounding compounds over chunks, and
+the kernels legitimately differ from the torch chunking in summation order, so
+it gets a slightly larger multiple, and a relative-RMS cap that a wrong
+recurrence (wrong state, wrong decay) cannot meet.
+"""
+
+FP8_FLOOR_FRACTION = 0.25
+SAME_PRECISION_MULTIPLE = 2.0
+KDA_FLOOR_MULTIPLE = 4.0
+KDA_RMS_RATIO_MAX = 5e-3
+
+# Half an ulp of the output dtype at the largest reference magnitude: the
+# rounding of the final store alone.
+# The Triton interpreter (3.6 to 3.9) converts fp32 to bf16 by truncation, not
+# by rounding to nearest, so there the store may lose a whole ulp.
+INTERPRETER_STORE_ULPS = 2.0
+OUT_EPS = {
+    "bfloat16": 2.0 ** -8,
+    "float16": 2.0 ** -11,
+    "float32": 2.0 ** -23,
+}
