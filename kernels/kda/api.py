@@ -1,0 +1,312 @@
+"""Public entry of the FlashKDA forward: argument checks, workspace and dispatch.
+
+Kimi Delta Attention, time-first: q, k, g [B, T, H, K], v [B, T, H, V], beta
+[B, T, H]. Per sequence and head the fp32 state S [K, V] follows, per token t,
+
+    S <- diag(exp(g_t)) S;  S <- S + beta_t k_t (v_t - S^T k_t)^T;  o_t = scale S^T q_t.
+
+K1 (kernels.kda.prepare) prepares each chunk of CHUNK tokens; K2
+(kernels.kda.chunk) walks the chunks, either one program per (sequence, head,
+V block) or, for long sequences with few heads, in segments (pass A: each
+segment's affine map, pass B: the scan over segments, pass C: the outputs).
+Every kernel and host helper is reached through its module attribute at call
+time, so a module can be swapped for a modified copy.
+"""
+
+import math
+from numbers import Integral, Real
+
+import torch
+import triton.language as tl
+
+from kernels import arch
+from kernels.kda import chunk as _chunk
+from kernels.kda import meta as _meta
+from kernels.kda import plan as _plan
+from kernels.kda import prepare as _prepare
+
+CHUNK = 64  # tokens per chunk (C)
+SUB_BLOCK = 16  # rows of K1's [BC, BC] sub-blocks (C == 4 * SUB_BLOCK)
+BLOCK_V = 64  # columns of the state one K2 program holds (BV)
+HEAD_DIMS = (64, 128)  # supported K and V
+MAX_HEADS = 65535  # grid axis 1 holds the head
+PREPARE_WARPS = {64: 4, 128: 4}  # K1 warps by K
+WALK_WARPS = {64: 4, 128: 4}  # K2 walk and pass A warps by K
+SCAN_WARPS = {64: 4, 128: 8}  # pass B warps by K (it holds M [K, K])
+GATES = {"log": _prepare.GATE_LOG, "softplus": _prepare.GATE_SOFTPLUS, "lower_bound": _prepare.GATE_LOWER_BOUND}
+
+_IO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def _names(dtypes) -> str:
+    names = [str(d).replace("torch.", "") for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _check_tensor(name, x, dtypes):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor of dtype {_names(dtypes)}, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        raise TypeError(f"{name}: expected dtype {_names(dtypes)}, got {x.dtype}")
+
+
+def _check_shape(name, x, shape, meaning):
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {list(shape)} ({meaning}), got {list(x.shape)}")
+
+
+def _check_device(name, x, device):
+    if x.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got {x.device}")
+
+
+def _check_bool(name, x):
+    if not isinstance(x, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(x).__name__}")
+
+
+def _check_inputs(q, k, v, g, beta):
+    for name, x, dtypes in (("q", q, _IO_DTYPES), ("v", v, _IO_DTYPES), ("g", g, _IO_DTYPES), ("beta", beta, _IO_DTYPES)):
+        _check_tensor(name, x, dtypes)
+    _check_tensor("k", k, (q.dtype,))
+    if v.dtype != q.dtype:
+        raise TypeError(f"v: expected dtype {q.dtype} (the dtype of q), got {v.dtype}")
+    if q.dim() != 4:
+        raise ValueError(f"q: expected 4 dimensions [B, T, H, K], got shape {list(q.shape)}")
+    if v.dim() != 4:
+        raise ValueError(f"v: expected 4 dimensions [B, T, H, V], got shape {list(v.shape)}")
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[3]
+    if dim_k not in HEAD_DIMS:
+        raise ValueError(f"q: expected K = q.shape[-1] in {HEAD_DIMS}, got {dim_k}")
+    if dim_v not in HEAD_DIMS:
+        raise ValueError(f"v: expected V = v.shape[-1] in {HEAD_DIMS}, got {dim_v}")
+    if not 1 <= heads <= MAX_HEADS:
+        raise ValueError(f"q: expected 1 <= H <= {MAX_HEADS} heads, got {heads}")
+    _check_shape("k", k, q.shape, "[B, T, H, K] like q")
+    _check_shape("v", v, (batch, seq_len, heads, dim_v), "[B, T, H, V] with B, T, H of q")
+    _check_shape("g", g, q.shape, "[B, T, H, K] like q")
+    _check_shape("beta", beta, q.shape[:3], "[B, T, H]")
+    for name, x in (("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _check_device(name, x, q.device)
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g)):
+        if x.stride(-1) != 1 and x.shape[-1] > 1:
+            raise ValueError(f"{name}: expected stride 1 on the last dimension, got strides {list(x.stride())}")
+    return batch, seq_len, heads, dim_k, dim_v
+
+
+def _check_gate(gate, A_log, dt_bias, lower_bound, heads, dim_k, device):
+    if gate not in GATES:
+        raise ValueError(f"gate: expected one of {', '.join(map(repr, GATES))}, got {gate!r}")
+    if gate == "log":
+        for name, x in (("A_log", A_log), ("dt_bias", dt_bias), ("lower_bound", lower_bound)):
+            if x is not None:
+                raise ValueError(f"{name}: expected None with gate='log' (g is the log-decay), got {type(x).__name__}")
+        return 0.0
+    for name, x, shape, meaning in (("A_log", A_log, [heads], "[H]"), ("dt_bias", dt_bias, [heads * dim_k], "[H*K]")):
+        if x is None:
+            raise ValueError(f"{name}: expected a float32 {meaning} tensor with gate={gate!r}, got None")
+        _check_tensor(name, x, (torch.float32,))
+        _check_shape(name, x, shape, meaning)
+        _check_device(name, x, device)
+        if not x.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor, got strides {list(x.stride())}")
+    if gate == "softplus":
+        if lower_bound is not None:
+            raise ValueError(f"lower_bound: expected None with gate='softplus', got {lower_bound!r}")
+        return 0.0
+    if not isinstance(lower_bound, Real) or isinstance(lower_bound, bool) or not -math.inf < lower_bound < 0:
+        raise ValueError(f"lower_bound: expected a finite number < 0 with gate='lower_bound', got {lower_bound!r}")
+    return float(lower_bound)
+
+
+def _sequences(cu_seqlens, batch, seq_len, device):
+    """Per-sequence (first token, length) and batch row."""
+    if cu_seqlens is None:
+        return [(0, seq_len)] * batch, list(range(batch))
+    _check_tensor("cu_seqlens", cu_seqlens, _INDEX_DTYPES)
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens: expected a 1-D tensor [N+1] with N >= 1, got shape {list(cu_seqlens.shape)}")
+    _check_device("cu_seqlens", cu_seqlens, device)
+    if batch != 1:
+        raise ValueError(f"q: expected batch size 1 with cu_seqlens (sequences packed on T), got {batch}")
+    cu = cu_seqlens.tolist()
+    if cu[0] != 0 or cu[-1] != seq_len or any(b < a for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens: expected non-decreasing offsets from 0 to T = {seq_len}, got {cu}")
+    return [(a, b - a) for a, b in zip(cu, cu[1:])], [0] * (len(cu) - 1)
+
+
+def _check_states(initial_state, state_v_first, state_cache, state_indices, has_initial_state, n, heads, dim_k, dim_v, device):
+    if initial_state is not None:
+        _check_tensor("initial_state", initial_state, (torch.float32,))
+        shape, meaning = ((n, heads, dim_v, dim_k), "[N, H, V, K]") if state_v_first else ((n, heads, dim_k, dim_v), "[N, H, K, V]")
+        _check_shape("initial_state", initial_state, shape, meaning)
+        _check_device("initial_state", initial_state, device)
+    if state_cache is None:
+        for name, x in (("state_indices", state_indices), ("has_initial_state", has_initial_state)):
+            if x is not None:
+                raise ValueError(f"{name}: expected None without state_cache, got {type(x).__name__}")
+        return
+    if initial_state is not None:
+        raise ValueError("initial_state: expected None with state_cache (the cache holds the initial states), got a tensor")
+    _check_tensor("state_cache", state_cache, (torch.float32,))
+    if state_cache.dim() != 4 or tuple(state_cache.shape[1:]) != (heads, dim_v, dim_k):
+        raise ValueError(f"state_cache: expected shape [slots, {heads}, {dim_v}, {dim_k}] ([slots, H, V, K]), got {list(state_cache.shape)}")
+    if state_cache.stride(3) != 1:
+        raise ValueError(f"state_cache: expected stride 1 on the last dimension, got strides {list(state_cache.stride())}")
+    _check_device("state_cache", state_cache, device)
+    if state_indices is None or has_initial_state is None:
+        raise ValueError("state_indices, has_initial_state: expected [N] tensors with state_cache, got None")
+    _check_tensor("state_indices", state_indices, _INDEX_DTYPES)
+    _check_shape("state_indices", state_indices, [n], "[N], one slot per sequence")
+    _check_device("state_indices", state_indices, device)
+    _check_tensor("has_initial_state", has_initial_state, (torch.bool,))
+    _check_shape("has_initial_state", has_initial_state, [n], "[N], one flag per sequence")
+    _check_device("has_initial_state", has_initial_state, device)
+    slots = state_indices.tolist()
+    if any(not 0 <= s < state_cache.shape[0] for s in slots) or len(set(slots)) != len(slots):
+        raise ValueError(f"state_indices: expected distinct slots in [0, {state_cache.shape[0]}), got {slots}")
+
+
+def _buffer(workspace, name, shape, dtype, device):
+    """A [shape] view of workspace[name], (re)allocated when missing or too small."""
+    need = math.prod(shape)
+    buf = workspace.get(name)
+    if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < need:
+        buf = torch.empty(max(need, 1), dtype=dtype, device=device)
+        workspace[name] = buf
+    return buf[:need].view(shape)
+
+
+def _state_strides(x, v_first):
+    """(n, h, k, v) element strides of a dense state tensor."""
+    s = x.stride()
+    return (s[0], s[1], s[3], s[2]) if v_first else s
+
+
+def flash_kda_fwd(
+    q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+    gate="log", A_log=None, dt_bias=None, lower_bound=None, beta_sigmoid=False, qk_l2norm=False,
+    state_v_first=False, state_cache=None, state_indices=None, has_initial_state=None,
+    chunks_per_segment=None, workspace=None, out=None,
+):
+    """KDA forward. Returns (o, final_state).
+
+    o [B, T, H, V] in q.dtype (written into `out` when given). final_state fp32
+    [N, H, K, V] ([N, H, V, K] when state_v_first) when output_final_state, else
+    None; initial_state in that layout. Paged: sequence n starts from
+    state_cache[state_indices[n]] ([slots, H, V, K]) when has_initial_state[n], else
+    from zeros, and its final state is written back into that slot. cu_seqlens
+    [N+1] (B == 1) packs sequences on T. chunks_per_segment: None lets the planner
+    choose, 0 forces the unsegmented walk, n >= 1 segments of n chunks. workspace:
+    a dict that keeps the scratch tensors between calls. With gate='log', g must be
+    <= 0 (not checked: that would cost a pass over g).
+    """
+    batch, seq_len, heads, dim_k, dim_v = _check_inputs(q, k, v, g, beta)
+    device = q.device
+    lower = _check_gate(gate, A_log, dt_bias, lower_bound, heads, dim_k, device)
+    if scale is None:
+        scale = dim_k**-0.5
+    elif not isinstance(scale, Real) or isinstance(scale, bool):
+        raise TypeError(f"scale: expected a real number or None, got {type(scale).__name__}")
+    for name, flag in (("output_final_state", output_final_state), ("beta_sigmoid", beta_sigmoid),
+                       ("qk_l2norm", qk_l2norm), ("state_v_first", state_v_first)):
+        _check_bool(name, flag)
+    bounds, rows = _sequences(cu_seqlens, batch, seq_len, device)
+    n = len(bounds)
+    _check_states(initial_state, state_v_first, state_cache, state_indices, has_initial_state, n, heads, dim_k, dim_v, device)
+    if chunks_per_segment is not None and (not isinstance(chunks_per_segment, Integral) or isinstance(chunks_per_segment, bool) or chunks_per_segment < 0):
+        raise ValueError(f"chunks_per_segment: expected None or an int >= 0, got {chunks_per_segment!r}")
+    if workspace is not None and not isinstance(workspace, dict):
+        raise TypeError(f"workspace: expected a dict or None, got {type(workspace).__name__}")
+    o_shape = (batch, seq_len, heads, dim_v)
+    if out is None:
+        out = torch.empty(o_shape, dtype=q.dtype, device=device)
+    else:
+        _check_tensor("out", out, (q.dtype,))
+        _check_shape("out", out, o_shape, "[B, T, H, V]")
+        _check_device("out", out, device)
+        if out.stride(-1) != 1:
+            raise ValueError(f"out: expected stride 1 on the last dimension, got strides {list(out.stride())}")
+    workspace = {} if workspace is None else workspace
+
+    v_blocks = dim_v // BLOCK_V
+    table, first = _meta.chunk_table(bounds, rows, CHUNK, seq_len)
+    counts = [b - a for a, b in zip(first, first[1:])]
+    cps = chunks_per_segment
+    if cps is None:
+        cps = _plan.chunks_per_segment(counts, heads, v_blocks, arch.cu_count(device))
+    units, seg_off = _meta.unit_table(first, int(cps))
+    nc, nu = len(table), len(units)
+    dot = arch.dot_dtype(torch.bfloat16)
+    dot_tl = _TL_DTYPES[dot]
+
+    chunk_meta = _meta.to_device(table, device)
+    unit_meta = _meta.to_device(units, device)
+    tiles = _buffer(workspace, "tiles", (nc, heads, 3, CHUNK, dim_k), dot, device)
+    u = _buffer(workspace, "u", (nc, heads, CHUNK, dim_v), torch.float32, device)
+    aqk = _buffer(workspace, "aqk", (nc, heads, CHUNK, CHUNK), dot, device)
+    decay = _buffer(workspace, "decay", (nc, heads, dim_k), torch.float32, device)
+
+    final = None
+    if output_final_state:
+        shape = (n, heads, dim_v, dim_k) if state_v_first else (n, heads, dim_k, dim_v)
+        final = torch.empty(shape, dtype=torch.float32, device=device)
+    if state_cache is not None:
+        init_mode = _chunk.INIT_PAGED
+    elif initial_state is not None:
+        init_mode = _chunk.INIT_DENSE
+    else:
+        init_mode = _chunk.INIT_ZERO
+    init = initial_state if initial_state is not None else out
+    init_strides = _state_strides(initial_state, state_v_first) if initial_state is not None else (0, 0, 0, 0)
+    fin = final if final is not None else out
+    fin_strides = _state_strides(final, state_v_first) if final is not None else (0, 0, 0, 0)
+    cache = state_cache if state_cache is not None else out
+    cache_strides = state_cache.stride()[:3] if state_cache is not None else (0, 0, 0)
+    slot_idx = state_indices if state_indices is not None else unit_meta
+    has_init = has_initial_state.to(torch.int32) if has_initial_state is not None else unit_meta
+    state_args = (init, *init_strides)
+    cache_args = (cache, *cache_strides, slot_idx, has_init)
+
+    if nc:
+        sc = _buffer(workspace, "scratch", (nc, heads, 3, CHUNK, dim_k), torch.float32, device)
+        akk = _buffer(workspace, "akk", (nc, heads, CHUNK, CHUNK), torch.float32, device)
+        _prepare.kda_prepare_kernel[(nc, heads)](
+            q, k, v, g, beta, A_log if A_log is not None else beta, dt_bias if dt_bias is not None else beta,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
+            beta.stride(0), beta.stride(1), beta.stride(2),
+            chunk_meta, sc, akk, tiles, u, aqk, decay, heads, float(scale), lower,
+            K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, GATE=GATES[gate], BETA_SIGMOID=beta_sigmoid,
+            L2NORM=qk_l2norm, DOT=dot_tl, num_warps=PREPARE_WARPS[dim_k],
+        )
+
+    walk_warps = WALK_WARPS[dim_k]
+    out_args = (out, out.stride(0), out.stride(1), out.stride(2), chunk_meta, unit_meta, tiles, u, aqk, decay)
+    common = dict(K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V, PAGED=state_cache is not None,
+                  DENSE_OUT=final is not None, DOT=dot_tl, num_warps=walk_warps)
+    if cps == 0:
+        _chunk.kda_walk_kernel[(nu, heads, v_blocks)](
+            *out_args, out, *state_args, fin, *fin_strides, *cache_args, heads,
+            SEGMENTED=False, INIT=init_mode, **common,
+        )
+    else:
+        ms = _buffer(workspace, "transition", (nu, heads, dim_k, dim_k + dim_v), torch.float32, device)
+        s_in = _buffer(workspace, "segment_state", (nu, heads, dim_k, dim_v), torch.float32, device)
+        seg_off_t = torch.tensor(seg_off, dtype=torch.int32).to(device)
+        _chunk.kda_transition_kernel[(nu, heads, (dim_k + dim_v) // BLOCK_V)](
+            unit_meta, tiles, u, aqk, decay, ms, heads,
+            K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V, DOT=dot_tl, num_warps=walk_warps,
+        )
+        _chunk.kda_scan_kernel[(n, heads, v_blocks)](
+            seg_off_t, ms, s_in, *state_args, *cache_args, heads,
+            K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, num_warps=SCAN_WARPS[dim_k],
+        )
+        _chunk.kda_walk_kernel[(nu, heads, v_blocks)](
+            *out_args, s_in, *state_args, fin, *fin_strides, *cache_args, heads,
+            SEGMENTED=True, INIT=_chunk.INIT_ZERO, **common,
+        )
+    return out, final

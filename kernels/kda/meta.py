@@ -1,0 +1,52 @@
+"""Host-built int32 metadata of the KDA forward: chunks, segments and walk units.
+
+Sequence n is tokens [bos_n, bos_n + len_n) of batch row row_n (varlen: row 0 and
+bos_n = cu_seqlens[n]; batched: row n and bos_n = 0). It is cut into chunks of at
+most `chunk` tokens that never cross into another sequence:
+  chunks [NC, 4]: (sequence, batch row, first token, length), sequence-major.
+The walk runs over units, a unit being a run of one sequence's chunks:
+  units [NU, 4]: (sequence, first chunk, chunks, 1 if the sequence's last unit).
+Unsegmented, a unit is a whole sequence. Segmented with cps chunks per segment,
+sequence n has max(1, ceil(chunks_n / cps)) segments (an empty sequence keeps one
+empty segment, which carries its initial state to its final state), and
+seg_off [N + 1] gives each sequence's first segment.
+"""
+
+import torch
+
+
+def chunk_table(bounds, rows, chunk: int, seq_len: int):
+    """Chunk rows and each sequence's first chunk, from per-sequence (bos, length),
+    batch rows and the row length seq_len (T)."""
+    table = []
+    first = []
+    for n, ((bos, length), row) in enumerate(zip(bounds, rows)):
+        first.append(len(table))
+        stop = bos + length
+        for start in range(bos, stop, chunk):
+            table.append((n, row, start, min(chunk, stop - start)))
+    first.append(len(table))
+    return table, first
+
+
+def unit_table(first, cps: int):
+    """Walk units and seg_off from each sequence's first chunk; cps = 0 for whole sequences."""
+    units = []
+    seg_off = []
+    for n in range(len(first) - 1):
+        count = first[n + 1] - first[n]
+        seg_off.append(len(units))
+        if cps == 0:
+            units.append((n, first[n], count, 1))
+            continue
+        segments = max(1, -(-count // cps))
+        for s in range(segments):
+            units.append((n, first[n] + s * cps, min(cps, count - s * cps), int(s == segments - 1)))
+    seg_off.append(len(units))
+    return units, seg_off
+
+
+
+def to_device(rows, device) -> torch.Tensor:
+    """int32 tensor [len(rows), 4] of metadata rows on `device`."""
+    return torch.tensor(rows, dtype=torch.int32).view(-1, 4).to(device)

@@ -1,0 +1,184 @@
+"""K1 of the KDA forward ("prepare"): one program per (chunk, head).
+
+For chunk c (L <= C valid rows; rows past L are padding with zero q, k, v, beta
+and zero gate) and gc the inclusive cumsum of the gate inside the chunk in log2
+units (gc = log2(e) * cumsum(g), so exp(x) = 2^(log2(e) x)):
+
+    Akk[t, j] = beta_t * sum_c k_t[c] k_j[c] 2^(gc_t[c] - gc_j[c])    j <  t
+    Aqk[t, j] = scale  * sum_c q_t[c] k_j[c] 2^(gc_t[c] - gc_j[c])    j <= t
+    T         = (I + Akk)^-1                 (fp32; see phase 3)
+    w         = T (beta * k * 2^gc)          [C, K]
+    u         = T (beta * v)                 [C, V]
+    qg        = scale * q * 2^gc             [C, K]
+    kg        = k * 2^(gL - gc)              [C, K]   gL = gc of row C-1
+    decay     = 2^gL                         [K]
+
+so that, with S the [K, V] state entering the chunk, the chunk walk does
+U = u - w S, o = qg S + Aqk U, S <- decay * S + kg^T U.
+
+Every exponent is <= 0 where it is evaluated: off-diagonal [BC, BC] sub-blocks
+(rows I after columns J) factor 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j) with
+r = gc at the last row of block J, which lies between j and t (a tl.dot in
+the DOT dtype); diagonal sub-blocks take the exact differences in fp32. Strong decay therefore
+underflows to 0 and never meets an inf.
+
+Precision: inputs are upcast to fp32 on load; the gate, cumsum, L2 norm, the
+diagonal blocks and the substitution are fp32; the T products take fp32 operands
+(tf32 on a GPU); every other tl.dot takes DOT operands (bf16 on a GPU, fp32 in
+the interpreter) and accumulates in fp32.
+
+Workspace (contiguous, index (chunk * H + head)):
+  scratch [NC, H, 3, C, K] fp32  normalised q, k and gc (K1's own staging)
+  akk     [NC, H, C, C]    fp32  sum_c k_t k_j 2^(gc_t - gc_j) below the diagonal
+  tiles   [NC, H, 3, C, K] DOT   qg, kg, w
+  u       [NC, H, C, V]    fp32
+  aqk     [NC, H, C, C]    DOT   (zero above the diagonal)
+  decay   [NC, H, K]       fp32
+Chunk metadata `meta` [NC, 4] int32: (sequence, batch row, first token, length).
+"""
+
+import triton
+import triton.language as tl
+
+GATE_LOG = 0
+GATE_SOFTPLUS = 1
+GATE_LOWER_BOUND = 2
+
+
+@triton.jit
+def _gate(g, alog_ptr, dtb_ptr, h, cols, lower_bound, K: tl.constexpr, GATE: tl.constexpr):
+    """Log-decay (natural units) from the raw gate g [R, K] of head h."""
+    if GATE == 0:
+        out = g
+    else:
+        rate = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
+        x = g + tl.load(dtb_ptr + h * K + cols).to(tl.float32)[None, :]
+        if GATE == 1:
+            softplus = tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
+            out = -rate * softplus
+        else:
+            out = lower_bound / (1.0 + tl.exp(-rate * x))
+    return out
+
+
+@triton.jit
+def kda_prepare_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dtb_ptr,
+    sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h, sg_b, sg_t, sg_h, sb_b, sb_t, sb_h,
+    meta_ptr, scratch_ptr, akk_ptr, tiles_ptr, u_ptr, aqk_ptr, decay_ptr,
+    H, scale, lower_bound,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
+    GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr, DOT: tl.constexpr,
+):
+    cid = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    bidx = tl.load(meta_ptr + cid * 4 + 1).to(tl.int64)
+    t0 = tl.load(meta_ptr + cid * 4 + 2).to(tl.int64)
+    length = tl.load(meta_ptr + cid * 4 + 3)
+
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = tl.arange(0, V)
+    valid = rows < length
+    tok = t0 + rows
+
+    # Phase 1: gate, its cumsum (log2 units), L2 norm, beta; stage q, k, gc (phases 2
+    # and 3 read them back rather than hold [C, K] tiles in registers throughout).
+    q = tl.load(q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h + ck[None, :],
+                mask=valid[:, None], other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + bidx * sk_b + tok[:, None] * sk_t + h * sk_h + ck[None, :],
+                mask=valid[:, None], other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + bidx * sg_b + tok[:, None] * sg_t + h * sg_h + ck[None, :],
+                mask=valid[:, None], other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + bidx * sb_b + tok * sb_t + h * sb_h, mask=valid, other=0.0).to(tl.float32)
+    if BETA_SIGMOID:
+        beta = 1.0 / (1.0 + tl.exp(-beta))
+    beta = tl.where(valid, beta, 0.0)
+    if L2NORM:
+        q = q / tl.sqrt(tl.sum(q * q, 1) + 1e-6)[:, None]
+        k = k / tl.sqrt(tl.sum(k * k, 1) + 1e-6)[:, None]
+    gate = tl.where(valid[:, None], _gate(g, alog_ptr, dtb_ptr, h, ck, lower_bound, K, GATE), 0.0)
+    gc = tl.cumsum(gate * 1.4426950408889634, axis=0)
+
+    base = cid * H + h
+    stage = scratch_ptr + base * (3 * C * K) + rows[:, None] * K + ck[None, :]
+    tl.store(stage, q)
+    tl.store(stage + C * K, k)
+    tl.store(stage + 2 * C * K, gc)
+    tl.debug_barrier()
+
+    # Phase 2: Akk (unscaled by beta) and Aqk by [BC, BC] sub-blocks.
+    rb = tl.arange(0, BC)
+    akk_base = akk_ptr + base * (C * C)
+    aqk_base = aqk_ptr + base * (C * C)
+    sq_base = scratch_ptr + base * (3 * C * K)
+    for I in tl.static_range(C // BC):
+        blk = sq_base + (I * BC + rb)[:, None] * K + ck[None, :]
+        qI = tl.load(blk)
+        kI = tl.load(blk + C * K)
+        gI = tl.load(blk + 2 * C * K)
+        for J in tl.static_range(I):
+            ref = tl.load(sq_base + 2 * C * K + (J * BC + BC - 1) * K + ck)
+            blkj = sq_base + (J * BC + rb)[:, None] * K + ck[None, :]
+            kJ = tl.load(blkj + C * K) * tl.exp2(ref[None, :] - tl.load(blkj + 2 * C * K))
+            kJ = kJ.to(DOT)
+            aI = tl.exp2(gI - ref[None, :])
+            tkk = tl.dot((kI * aI).to(DOT), tl.trans(kJ))
+            tqk = tl.dot((qI * aI).to(DOT), tl.trans(kJ))
+            off = (I * BC + rb)[:, None] * C + J * BC + rb[None, :]
+            tl.store(akk_base + off, tkk)
+            tl.store(aqk_base + off, (tqk * scale).to(aqk_ptr.dtype.element_ty))
+        # Diagonal block: exact exponents gc_t - gc_j (j <= t), one column j at a time.
+        dkk = tl.zeros([BC, BC], dtype=tl.float32)
+        dqk = tl.zeros([BC, BC], dtype=tl.float32)
+        for jj in range(BC):
+            kj = tl.load(sq_base + C * K + (I * BC + jj) * K + ck)
+            gj = tl.load(sq_base + 2 * C * K + (I * BC + jj) * K + ck)
+            e = kj[None, :] * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj[None, :], float("-inf")))
+            col_kk = tl.where(rb > jj, tl.sum(kI * e, 1), 0.0)
+            col_qk = tl.sum(qI * e, 1)
+            dkk = tl.where(rb[None, :] == jj, col_kk[:, None], dkk)
+            dqk = tl.where(rb[None, :] == jj, col_qk[:, None], dqk)
+        off = (I * BC + rb)[:, None] * C + I * BC + rb[None, :]
+        tl.store(akk_base + off, dkk)
+        tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
+        for J in tl.static_range(I + 1, C // BC):
+            off = (I * BC + rb)[:, None] * C + J * BC + rb[None, :]
+            tl.store(aqk_base + off, tl.zeros([BC, BC], dtype=aqk_ptr.dtype.element_ty))
+    tl.debug_barrier()
+
+    # Phase 3: T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC]
+    # blocks, Lo below them): Dinv = (I + Ld)^-1 by forward substitution on all
+    # diagonal blocks at once, N = Dinv Lo (N^4 = 0 for C = 4 BC),
+    # T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv.
+    cc = tl.arange(0, C)
+    same = (rows[:, None] // BC) == (cc[None, :] // BC)
+    akk = tl.load(akk_base + rows[:, None] * C + cc[None, :], mask=rows[:, None] > cc[None, :], other=0.0)
+    akk = akk * beta[:, None]
+    a = tl.where(same, -akk, 0.0)
+    for i in range(1, BC):
+        pick = (rows % BC) == i
+        ai = tl.sum(tl.where(pick[:, None], a, 0.0), 0)
+        ai = ai + tl.sum(ai[:, None] * a, 0)
+        a = tl.where(pick[:, None] & same, ai[None, :], a)
+    eye = tl.where(rows[:, None] == cc[None, :], 1.0, 0.0)
+    dinv = a + eye
+    nn = tl.dot(dinv, tl.where(same, 0.0, akk))
+    tinv = tl.dot(tl.dot(eye - nn, eye + tl.dot(nn, nn)), dinv).to(DOT)
+    q = tl.load(stage)
+    k = tl.load(stage + C * K)
+    gc = tl.load(stage + 2 * C * K)
+    v = tl.load(v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h + cv[None, :],
+                mask=valid[:, None], other=0.0).to(tl.float32)
+    w = tl.dot(tinv, (k * beta[:, None] * tl.exp2(gc)).to(DOT))
+    u = tl.dot(tinv, (v * beta[:, None]).to(DOT))
+
+    g_last = tl.load(sq_base + 2 * C * K + (C - 1) * K + ck)
+    qg = q * tl.exp2(gc) * scale
+    kg = k * tl.exp2(g_last[None, :] - gc)
+    tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + ck[None, :]
+    tl.store(tile, qg.to(tiles_ptr.dtype.element_ty))
+    tl.store(tile + C * K, kg.to(tiles_ptr.dtype.element_ty))
+    tl.store(tile + 2 * C * K, w.to(tiles_ptr.dtype.element_ty))
+    tl.store(u_ptr + base * (C * V) + rows[:, None] * V + cv[None, :], u)
+    tl.store(decay_ptr + base * K + ck, tl.exp2(g_last))

@@ -1,0 +1,363 @@
+"""FlashKDA Triton forward (kernels.kda) against the float64 token recurrence.
+
+Without a GPU the kernels run in the Triton interpreter, so sizes stay small:
+K = V = 64 (one 128 case), T <= ~200, H <= 2. Outputs are judged by the RMS
+ratio rms(out - ref) / rms(ref) against a bf16-precision bound, and every
+output element must have been written (outputs and workspace are NaN-poisoned).
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from kernels.kda import api  # noqa: E402
+from kernels.kda.api import flash_kda_fwd  # noqa: E402
+from kernels.kda.plan import MAX_SEGMENT_CHUNKS, chunks_per_segment  # noqa: E402
+from reference.kda import naive_kda  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RMS_BOUND = 5e-3  # bf16 output rounding alone gives ~2e-3
+STATE_BOUND = 5e-3
+
+
+def _randn(*shape, gen, outliers=True):
+    x = torch.randn(*shape, generator=gen)
+    if outliers and x.numel() >= 8:
+        flat = x.view(-1)
+        idx = torch.randint(0, flat.numel(), (max(1, flat.numel() // 200),), generator=gen)
+        flat[idx] *= 6.0
+    return x
+
+
+def make_inputs(B, T, H, K=64, V=64, *, seed=0, gate="log", decay=0.3, dtype=torch.bfloat16):
+    """Signed inputs with outliers; keys unit-norm-ish so the delta rule stays stable."""
+    gen = torch.Generator().manual_seed(seed)
+    q = _randn(B, T, H, K, gen=gen)
+    k = _randn(B, T, H, K, gen=gen, outliers=False)
+    k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-3)
+    v = _randn(B, T, H, V, gen=gen)
+    if gate == "log":
+        g = -torch.rand(B, T, H, K, generator=gen) * decay
+    else:
+        g = _randn(B, T, H, K, gen=gen) * 2.0
+    beta = torch.rand(B, T, H, generator=gen)
+    return tuple(x.to(dtype).to(DEVICE) for x in (q, k, v)) + (g.to(DEVICE), beta.to(dtype).to(DEVICE))
+
+
+def gate_params(H, K, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    A_log = (torch.rand(H, generator=gen) * 2 - 1).to(DEVICE)
+    dt_bias = (torch.randn(H * K, generator=gen) * 0.5).to(DEVICE)
+    return A_log, dt_bias
+
+
+def rms_ratio(out, ref):
+    out, ref = out.double().cpu(), ref.double().cpu()
+    return ((out - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+
+
+def check(out, ref, bound=RMS_BOUND, what="o"):
+    assert torch.isfinite(out).all(), f"{what}: non-finite elements"
+    ratio = rms_ratio(out, ref)
+    assert ratio < bound, f"{what}: rms ratio {ratio:.3e} >= {bound:.1e}"
+
+
+def nan_out(B, T, H, V, dtype=torch.bfloat16):
+    return torch.full((B, T, H, V), float("nan"), dtype=dtype, device=DEVICE)
+
+
+def rand_state(*shape, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=gen) * 0.5).to(DEVICE)
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+@pytest.mark.parametrize("T", [1, 63, 65, 130])
+def test_tails_against_recurrence(T):
+    q, k, v, g, beta = make_inputs(1, T, 2, seed=T)
+    h0 = rand_state(1, 2, 64, 64)
+    out = nan_out(1, T, 2, 64)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, initial_state=h0, output_final_state=True, out=out)
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    assert o.data_ptr() == out.data_ptr()
+    check(o, ref_o)
+    check(fin, ref_fin, STATE_BOUND, "final_state")
+
+
+def test_head_dim_128_batched():
+    q, k, v, g, beta = make_inputs(2, 70, 1, K=128, V=128, seed=5)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, output_final_state=True, out=nan_out(2, 70, 1, 128))
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, output_final_state=True)
+    check(o, ref_o)
+    check(fin, ref_fin, STATE_BOUND, "final_state")
+
+
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_varlen_initial_state(state_v_first):
+    lengths = [0, 1, 15, 70, 0]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
+    T = sum(lengths)
+    q, k, v, g, beta = make_inputs(1, T, 2, seed=7)
+    shape = (5, 2, 64, 64)
+    h0 = rand_state(*shape)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, output_final_state=True,
+                           state_v_first=state_v_first, out=nan_out(1, T, 2, 64))
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, cu_seqlens=cu, initial_state=h0, output_final_state=True,
+                               state_v_first=state_v_first)
+    check(o, ref_o)
+    check(fin, ref_fin, STATE_BOUND, "final_state")
+    # An empty sequence hands its initial state through unchanged.
+    assert torch.equal(fin[0], h0[0]) and torch.equal(fin[4], h0[4])
+
+
+def test_paged_state_cache():
+    cu = torch.tensor([0, 15, 15, 85], dtype=torch.int64, device=DEVICE)
+    q, k, v, g, beta = make_inputs(1, 85, 2, seed=11)
+    slots, H, V, K = 5, 2, 64, 64
+    big = rand_state(slots, H * V * K + 37, seed=12)
+    cache = big[:, : H * V * K].view(slots, H, V, K)
+    assert cache.stride(0) == H * V * K + 37
+    before = big.clone()
+    idx = torch.tensor([3, 0, 1], dtype=torch.int32, device=DEVICE)
+    has = torch.tensor([True, False, True], device=DEVICE)
+    ref_o, ref_cache = naive_kda(q, k, v, g, beta, cu_seqlens=cu, state_cache=cache, state_indices=idx,
+                                 has_initial_state=has)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, state_cache=cache, state_indices=idx,
+                           has_initial_state=has, out=nan_out(1, 85, 2, 64))
+    assert fin is None
+    check(o, ref_o)
+    for s in (3, 0, 1):
+        check(cache[s], ref_cache[s], STATE_BOUND, f"slot {s}")
+    # The empty sequence without an initial state leaves zeros in its slot.
+    assert torch.equal(cache[0], torch.zeros_like(cache[0]))
+    # Slots 2 and 4 and the padding between slots are untouched.
+    for s in (2, 4):
+        assert torch.equal(big[s], before[s])
+    assert torch.equal(big[:, H * V * K:], before[:, H * V * K:])
+
+
+@pytest.mark.parametrize(
+    "gate, beta_sigmoid, qk_l2norm",
+    [("softplus", True, True), ("lower_bound", False, True), ("log", True, False)],
+)
+def test_gate_modes(gate, beta_sigmoid, qk_l2norm):
+    H, K = 2, 64
+    q, k, v, g, beta = make_inputs(1, 80, H, seed=13, gate=gate)
+    if qk_l2norm:
+        k = k * 3.0
+    A_log, dt_bias = gate_params(H, K) if gate != "log" else (None, None)
+    kw = dict(gate=gate, A_log=A_log, dt_bias=dt_bias, lower_bound=-5.0 if gate == "lower_bound" else None,
+              beta_sigmoid=beta_sigmoid, qk_l2norm=qk_l2norm, output_final_state=True)
+    o, fin = flash_kda_fwd(q, k, v, g.bfloat16(), beta, out=nan_out(1, 80, H, 64), **kw)
+    ref_o, ref_fin = naive_kda(q, k, v, g.bfloat16(), beta, **kw)
+    check(o, ref_o)
+    check(fin, ref_fin, STATE_BOUND, "final_state")
+
+
+@pytest.mark.parametrize("case", ["log_minus_1000", "lower_bound_saturated"])
+def test_strong_decay(case):
+    H = 1
+    q, k, v, g, beta = make_inputs(1, 100, H, seed=17)
+    if case == "log_minus_1000":
+        g = torch.full_like(g, -1000.0)
+        g[:, ::7] = -0.01
+        kw = dict(gate="log")
+    else:
+        g = torch.full_like(g, 60.0)
+        A_log, dt_bias = gate_params(H, 64)
+        kw = dict(gate="lower_bound", A_log=A_log.abs(), dt_bias=dt_bias, lower_bound=-5.0)
+    h0 = rand_state(1, H, 64, 64)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                           out=nan_out(1, 100, H, 64), **kw)
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True, **kw)
+    check(o, ref_o)
+    assert torch.isfinite(fin).all()
+    assert (fin.double().cpu() - ref_fin.cpu()).abs().max() < 1e-3
+
+
+def test_segmented_matches_unsegmented():
+    cu = torch.tensor([0, 200, 201, 201, 330], dtype=torch.int32, device=DEVICE)
+    q, k, v, g, beta = make_inputs(1, 330, 1, seed=19, decay=0.05)
+    h0 = rand_state(4, 1, 64, 64)
+    kw = dict(cu_seqlens=cu, initial_state=h0, output_final_state=True)
+    o0, f0 = flash_kda_fwd(q, k, v, g, beta, chunks_per_segment=0, out=nan_out(1, 330, 1, 64), **kw)
+    ref_o, ref_f = naive_kda(q, k, v, g, beta, **kw)
+    check(o0, ref_o)
+    check(f0, ref_f, STATE_BOUND, "final_state")
+    for cps in (1, 2, 3):
+        o, f = flash_kda_fwd(q, k, v, g, beta, chunks_per_segment=cps, out=nan_out(1, 330, 1, 64), **kw)
+        check(o, o0.double(), 2e-3, f"o (chunks_per_segment={cps})")
+        check(f, f0.double(), 2e-3, f"final_state (chunks_per_segment={cps})")
+
+
+def test_segmented_paged():
+    cu = torch.tensor([0, 0, 150, 200], dtype=torch.int64, device=DEVICE)
+    q, k, v, g, beta = make_inputs(1, 200, 2, seed=23, decay=0.05)
+    cache = rand_state(4, 2, 64, 64, seed=24)
+    idx = torch.tensor([2, 0, 3], device=DEVICE)
+    has = torch.tensor([False, True, True], device=DEVICE)
+    ref_o, ref_cache = naive_kda(q, k, v, g, beta, cu_seqlens=cu, state_cache=cache, state_indices=idx,
+                                 has_initial_state=has)
+    before = cache.clone()
+    o, _ = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, state_cache=cache, state_indices=idx,
+                         has_initial_state=has, chunks_per_segment=1, out=nan_out(1, 200, 2, 64))
+    check(o, ref_o)
+    check(cache, ref_cache, STATE_BOUND, "state_cache")
+    assert torch.equal(cache[1], before[1])
+
+
+def test_nan_poisoned_workspace_reused():
+    q, k, v, g, beta = make_inputs(1, 150, 2, seed=29)
+    h0 = rand_state(1, 2, 64, 64)
+    for cps in (0, 2):
+        ws = {}
+        o1, f1 = flash_kda_fwd(q, k, v, g, beta, initial_state=h0, output_final_state=True, workspace=ws,
+                               chunks_per_segment=cps)
+        assert ws, "workspace: expected the scratch tensors to be kept"
+        for t in ws.values():
+            t.fill_(float("nan"))
+        o2, f2 = flash_kda_fwd(q, k, v, g, beta, initial_state=h0, output_final_state=True, workspace=ws,
+                               chunks_per_segment=cps, out=nan_out(1, 150, 2, 64))
+        assert torch.isfinite(o2).all() and torch.isfinite(f2).all()
+        assert torch.equal(o1, o2) and torch.equal(f1, f2)
+
+
+def test_strided_bands_of_fused_projection():
+    B, T, H, K = 1, 70, 2, 64
+    gen = torch.Generator().manual_seed(31)
+    fused = torch.randn(B, T, 3 * H * K + 8, generator=gen).bfloat16().to(DEVICE)
+    q = fused[..., : H * K].view(B, T, H, K)
+    k = fused[..., H * K: 2 * H * K].view(B, T, H, K)
+    v = fused[..., 2 * H * K: 3 * H * K].view(B, T, H, K)
+    g_fused = -torch.rand(B, T, 2 * H * K, generator=gen).to(DEVICE) * 0.3
+    g = g_fused[..., H * K:].view(B, T, H, K)
+    beta = torch.rand(B, T, 2 * H, generator=gen).bfloat16().to(DEVICE)[..., ::2]
+    assert not q.is_contiguous() and not g.is_contiguous() and not beta.is_contiguous()
+    o, _ = flash_kda_fwd(q, k, v, g, beta, qk_l2norm=True, out=nan_out(B, T, H, K))
+    ref_o, _ = naive_kda(q, k, v, g, beta, qk_l2norm=True)
+    check(o, ref_o)
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _bad_cases():
+    q, k, v, g, beta = make_inputs(1, 8, 1, seed=37)
+    A_log, dt_bias = gate_params(1, 64)
+    base = dict(q=q, k=k, v=v, g=g, beta=beta)
+    cases = [
+        ("q", dict(base, q=q.to(torch.int32)), TypeError),
+        ("k", dict(base, k=k.float()), TypeError),
+        ("q", dict(base, q=torch.zeros(1, 8, 1, 32, dtype=torch.bfloat16, device=DEVICE),
+                   k=torch.zeros(1, 8, 1, 32, dtype=torch.bfloat16, device=DEVICE),
+                   g=torch.zeros(1, 8, 1, 32, device=DEVICE)), ValueError),
+        ("v", dict(base, v=torch.zeros(1, 8, 1, 96, dtype=torch.bfloat16, device=DEVICE)), ValueError),
+        ("g", dict(base, g=g[:, :4]), ValueError),
+        ("beta", dict(base, beta=beta[..., None]), ValueError),
+        ("q", dict(base, q=torch.cat([q, q], -1)[..., ::2]), ValueError),
+        ("gate", dict(base, gate="tanh"), ValueError),
+        ("A_log", dict(base, gate="softplus", dt_bias=dt_bias), ValueError),
+        ("dt_bias", dict(base, gate="softplus", A_log=A_log, dt_bias=dt_bias[:5]), ValueError),
+        ("lower_bound", dict(base, gate="lower_bound", A_log=A_log, dt_bias=dt_bias, lower_bound=1.0), ValueError),
+        ("A_log", dict(base, A_log=A_log), ValueError),
+        ("cu_seqlens", dict(base, cu_seqlens=torch.tensor([0, 5, 3, 8], device=DEVICE)), ValueError),
+        ("cu_seqlens", dict(base, cu_seqlens=torch.tensor([0, 8.0], device=DEVICE)), TypeError),
+        ("q", dict(base, **{n: torch.cat([x, x]) for n, x in base.items()},
+                   cu_seqlens=torch.tensor([0, 8], device=DEVICE)), ValueError),
+        ("initial_state", dict(base, initial_state=torch.zeros(1, 1, 64, 32, device=DEVICE)), ValueError),
+        ("initial_state", dict(base, initial_state=torch.zeros(1, 1, 64, 64, dtype=torch.bfloat16, device=DEVICE)),
+         TypeError),
+        ("state_indices", dict(base, state_cache=torch.zeros(2, 1, 64, 64, device=DEVICE),
+                               state_indices=torch.tensor([2], device=DEVICE),
+                               has_initial_state=torch.tensor([True], device=DEVICE)), ValueError),
+        ("has_initial_state", dict(base, state_cache=torch.zeros(2, 1, 64, 64, device=DEVICE),
+                                   state_indices=torch.tensor([1], device=DEVICE),
+                                   has_initial_state=torch.tensor([1], device=DEVICE)), TypeError),
+        ("state_cache", dict(base, state_cache=torch.zeros(2, 1, 64, 32, device=DEVICE),
+                             state_indices=torch.tensor([1], device=DEVICE),
+                             has_initial_state=torch.tensor([True], device=DEVICE)), ValueError),
+        ("chunks_per_segment", dict(base, chunks_per_segment=-1), ValueError),
+        ("out", dict(base, out=torch.empty(1, 8, 1, 64, device=DEVICE)), TypeError),
+        ("workspace", dict(base, workspace=[]), TypeError),
+        ("output_final_state", dict(base, output_final_state=1), TypeError),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("index", range(len(_bad_cases())))
+def test_bad_inputs_name_the_argument(index):
+    name, kwargs, error = _bad_cases()[index]
+    args = [kwargs.pop(n) for n in ("q", "k", "v", "g", "beta")]
+    with pytest.raises(error, match=rf"\b{name}\b"):
+        flash_kda_fwd(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- planner
+
+
+def test_planner_unsegmented_when_walkers_fill_the_device():
+    assert chunks_per_segment([256], num_heads=96, v_blocks=2, cu_count=132) == 0
+    assert chunks_per_segment([256] * 4, num_heads=64, v_blocks=1, cu_count=256) == 0
+
+
+def test_planner_unsegmented_when_short():
+    assert chunks_per_segment([8, 3], num_heads=1, v_blocks=1, cu_count=132) == 0
+    assert chunks_per_segment([], num_heads=4, v_blocks=1, cu_count=132) == 0
+    assert chunks_per_segment([0, 0], num_heads=4, v_blocks=1, cu_count=132) == 0
+
+
+def test_planner_segments_long_few_head_sequences():
+    cps = chunks_per_segment([256], num_heads=4, v_blocks=2, cu_count=132)
+    assert 1 <= cps < 256
+    # ceil(132 / 8) = 17 segments wanted, capped at 16 -> 16 chunks each
+    assert cps == 16
+
+
+def test_planner_caps_segment_length():
+    assert chunks_per_segment([8192], num_heads=1, v_blocks=1, cu_count=2) == MAX_SEGMENT_CHUNKS
+
+
+def test_planner_follows_cu_num(monkeypatch):
+    from kernels import arch
+
+    monkeypatch.setenv("CU_NUM", "4")
+    assert arch.cu_count(torch.device("cpu")) == 4
+    assert chunks_per_segment([64], num_heads=1, v_blocks=1, cu_count=arch.cu_count(torch.device("cpu"))) == 16
+
+
+def test_planner_choice_is_used(monkeypatch):
+    seen = []
+    original = api._plan.chunks_per_segment
+
+    def spy(*args):
+        seen.append(original(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(api._plan, "chunks_per_segment", spy)
+    monkeypatch.setenv("CU_NUM", "1000")
+    q, k, v, g, beta = make_inputs(1, 5, 1, seed=41)
+    o, _ = flash_kda_fwd(q, k, v, g, beta)
+    assert seen == [0] and torch.isfinite(o).all()
+
+
+# ---------------------------------------------------------------- GPU only
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T, H, cps", [(16384, 96, None), (16384, 4, None), (4096, 2, 0)])
+def test_gpu_long(T, H, cps):
+    K = V = 128
+    q, k, v, g, beta = make_inputs(1, T, H, K=K, V=V, seed=43, decay=0.02)
+    h0 = rand_state(1, H, K, V)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, initial_state=h0, output_final_state=True, chunks_per_segment=cps,
+                           out=nan_out(1, T, H, V))
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    check(o, ref_o, 1e-2)
+    check(fin, ref_fin, 1e-2, "final_state")
