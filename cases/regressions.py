@@ -10,6 +10,7 @@ mutant, the kernel or host code with that one fix taken back, which must FAIL.
 from dataclasses import dataclass
 
 from cases.decode import DecodeCase
+from cases.kda import KdaCase
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,30 @@ DECODE_REGRESSIONS = (
 )
 
 
+KDA_REGRESSIONS = (
+    Regression("kda-zero-seeded-pass-c",
+               "pass C recomputed each segment from a zero state instead of its true incoming state",
+               case=KdaCase(h=1, dim=64, lens=(200, 1, 0, 129), state="dense", schedule="segmented1")),
+    Regression("kda-gate-cumsum-crosses-sequences",
+               "chunks ran past their sequence's end, so the gate cumsum crossed into the next sequence",
+               case=KdaCase(h=1, dim=64, lens=(0, 1, 15, 70, 0), state="dense", schedule="unsegmented")),
+    Regression("kda-paged-state-transposed",
+               "the paged state [V, K] was read as [K, V]",
+               case=KdaCase(h=1, dim=64, lens=(15, 0, 130, 1), state="paged", schedule="unsegmented")),
+    Regression("kda-scan-order",
+               "the segment scan added a segment's offset before applying its transition",
+               case=KdaCase(h=1, dim=64, lens=(200, 1, 0, 129), gate="softplus", state="dense",
+                            schedule="segmented2")),
+    Regression("kda-neighbour-chunk-tile",
+               "the chunk walk read a workspace tile of the neighbouring chunk",
+               case=KdaCase(h=2, dim=64, b=1, t=130, state="dense", schedule="unsegmented")),
+)
+
+ALL = DECODE_REGRESSIONS + KDA_REGRESSIONS
+
+
 def by_name(name: str) -> Regression:
-    for reg in DECODE_REGRESSIONS:
+    for reg in ALL:
         if reg.name == name:
             return reg
-    raise ValueError(f"regression: expected one of {[r.name for r in DECODE_REGRESSIONS]}, got {name!r}")
+    raise ValueError(f"regression: expected one of {[r.name for r in ALL]}, got {name!r}")

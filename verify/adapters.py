@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import torch
 
+from kernels import kda as kda_kernels
 from kernels import paged_decode
 
 FORCE_SPLIT = {"onepass": False, "split": True, "auto": None}
@@ -69,3 +70,39 @@ def decode(inputs) -> torch.Tensor:
     """Run a decode case through its path, scratch poisoned; returns the output."""
     store = None if inputs.case.path == "onepass" else poisoned_decode_store(inputs)
     return decode_call(inputs, path=inputs.case.path, workspace=store)
+
+
+def _copy_strided(t: torch.Tensor) -> torch.Tensor:
+    """A copy with the same strides (a padded stride(0) stays padded)."""
+    copy = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+    return copy.copy_(t)
+
+
+def kda(inputs) -> tuple[dict, bool]:
+    """Run a KDA case; returns ({"o": o, "state": final or written slots}, other slots untouched).
+
+    The paged cache is copied first (the kernel writes it in place). A `nanws`
+    case runs twice, its workspace and output NaN-filled between the calls.
+    """
+    case = inputs.case
+    kwargs = dict(inputs.kwargs)
+    cache = kwargs.get("state_cache")
+    calls = 2 if case.tag == "nanws" else 1
+    workspace = {}
+    for _ in range(calls):
+        for t in workspace.values():
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                t.fill_(float("nan"))
+        if cache is not None:
+            kwargs["state_cache"] = _copy_strided(cache)
+        out = torch.full_like(inputs.out, float("nan"))
+        o, final = kda_kernels.flash_kda_fwd(inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta,
+                                             chunks_per_segment=case.chunks_per_segment, workspace=workspace,
+                                             out=out, **kwargs)
+    if cache is None:
+        return {"o": o, "state": final}, True
+    written = kwargs["state_cache"]
+    used = torch.zeros(cache.shape[0], dtype=torch.bool, device=cache.device)
+    used[kwargs["state_indices"].long()] = True
+    untouched = torch.equal(written[~used].view(torch.int32), cache[~used].view(torch.int32))
+    return {"o": o, "state": written[kwargs["state_indices"].long()]}, untouched

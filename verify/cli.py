@@ -75,9 +75,10 @@ def cmd_repro(args) -> int:
         job = matches[0]
     else:
         from cases.decode import DecodeCase
+        from cases.kda import KdaCase
 
-        case = DecodeCase.from_id(args.case_id)
-        job = runner.Job(f"decode-{case.path}", case.id, lambda dev: runner.decode_verdict(case, dev))
+        case = (KdaCase if args.case_id.startswith("kda-") else DecodeCase).from_id(args.case_id)
+        job = runner.Job("repro", case.id, lambda dev: runner.case_verdict(case, dev))
     started = time.perf_counter()
     verdict = job.judge(DEVICE)
     print(f"case    {verdict.case_id}\nsuite   {verdict.suite}\nverdict {'PASS' if verdict.passed else 'FAIL'}")

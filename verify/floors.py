@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reference import kda as ref_kda
+from reference import kda_chunked
 from reference import paged_decode as ref_decode
 from verify import tolerances
 
@@ -42,3 +44,27 @@ def decode(inputs) -> Judged:
         multiple = tolerances.FP8_FLOOR_FRACTION
     floor = float((other.to(torch.float64) - ref8).abs().max()) if ref8.numel() else 0.0
     return Judged(ref8=ref8, floor=floor, multiple=multiple)
+
+
+def kda(inputs, outputs: dict) -> tuple[dict, dict]:
+    """({name: (out, ref8)}, {name: floor}) of a KDA case, for the kernel's `outputs`.
+
+    outputs: {"o": o, "state": final states} where "state" is the dense final
+    state, or for a paged cache the slots the sequences wrote. ref8 is the
+    float64 recurrence on the kernel's bf16 inputs; the floor of each output is
+    the error of the bf16-operand chunked torch implementation against it.
+    """
+    args = (inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta)
+    ref_o, ref_state = ref_kda.naive_kda(*args, **inputs.kwargs)
+    low_o, low_state = kda_chunked.chunk_kda_torch(*args, operand_dtype=torch.bfloat16, **inputs.kwargs)
+    refs = {"o": ref_o, "state": ref_state}
+    lows = {"o": low_o, "state": low_state}
+    if "state_cache" in inputs.kwargs:
+        idx = inputs.kwargs["state_indices"].long()
+        refs["state"], lows["state"] = ref_state[idx], low_state[idx]
+    judged, floor = {}, {}
+    for name, out in outputs.items():
+        judged[name] = (out, refs[name])
+        diff = (lows[name].to(torch.float64) - refs[name]).abs()
+        floor[name] = float(diff.max()) if diff.numel() else 0.0
+    return judged, floor

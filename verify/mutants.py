@@ -39,6 +39,7 @@ class Mutant:
 
 
 _API = "kernels.paged_decode.api"
+_KDA = "kernels.kda.api"
 
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
@@ -53,7 +54,7 @@ MUTANTS = (
     Mutant("shape-churn", "kernels.paged_decode.plan", _API, "_plan",
            "p2=_next_pow2(n_part)", "p2=n_part", "shape-churn"),
     Mutant("nan-unused-v-slots", "kernels.paged_decode.partition", _API, "_partition",
-           "v_mask = key_ok[:, None]", "v_mask = page_ok[:, None]", "nan-unused-v-slots"),
+           "v_keep = key_ok[:, None]", "v_keep = page_ok[:, None]", "nan-unused-v-slots"),
     Mutant("empty-partitions", "kernels.paged_decode.reduce", _API, "_reduce",
            "seen = l_j > 0", "seen = l_j == l_j", "empty-partitions"),
     Mutant("cu-num-ignored", "kernels.arch", _API, "_arch",
@@ -69,6 +70,20 @@ MUTANTS = (
            "window-off-by-one"),
     Mutant("graph-growth", "kernels.paged_decode.workspace", _API, "_workspace",
            'store.setdefault("retired", []).append(old)', "pass", "graph-growth"),
+    Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
+           "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
+           "S = tl.zeros([K, BV], dtype=tl.float32)", "kda-zero-seeded-pass-c"),
+    Mutant("kda-gate-cumsum-crosses-sequences", "kernels.kda.meta", _KDA, "_meta",
+           "table.append((n, row, start, min(chunk, stop - start)))",
+           "table.append((n, row, start, min(chunk, seq_len - start)))", "kda-gate-cumsum-crosses-sequences"),
+    Mutant("kda-paged-state-transposed", "kernels.kda.chunk", _KDA, "_chunk",
+           "cv[None, :] * cs2 + rk[:, None])", "cv[None, :] + rk[:, None] * cs2)", "kda-paged-state-transposed"),
+    Mutant("kda-scan-order", "kernels.kda.chunk", _KDA, "_chunk",
+           'S = tl.dot(M, S, input_precision="tf32x3") + b', 'S = tl.dot(M, S + b, input_precision="tf32x3")',
+           "kda-scan-order"),
+    Mutant("kda-neighbour-chunk-tile", "kernels.kda.chunk", _KDA, "_chunk",
+           "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h",
+           "kda-neighbour-chunk-tile"),
 )
 
 

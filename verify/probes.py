@@ -94,23 +94,39 @@ def cu_num(reg, device) -> Verdict:
 
 
 def two_streams(reg, device) -> Verdict:
-    """Two same-shape split calls in flight on two streams, default scratch, five rounds."""
+    """Two same-shape split calls in flight on two streams, default scratch.
+
+    The second stream starts later each round (a sleep swept over the first
+    call's duration), so some round lands its partition writes inside the
+    first call's partition-to-reduce window if the two share scratch.
+    """
     started = time.perf_counter()
-    case = _case(hq=32, hkv=8, d=128, lens=(8000, 8000), window=0, partition=256, cu=132)
+    case = _case(hq=32, hkv=8, d=128, lens=(16384,) * 4, window=0, partition=256, cu=132)
     a, b = _inputs(case, device, "a"), _inputs(case, device, "b")
     streams = (torch.cuda.Stream(device), torch.cuda.Stream(device))
-    runs = []
+    adapters.decode_call(a, path="split")  # compile, and make the first stream's scratch
+    out = torch.full_like(b.out, float("nan"))
     torch.cuda.synchronize(device)
-    for _ in range(5):
+    before = torch.cuda.memory_allocated(device)
+    with torch.cuda.stream(streams[1]):
+        adapters.decode_call(b, path="split", out=out)
+    torch.cuda.synchronize(device)
+    extra = []
+    if torch.cuda.memory_allocated(device) == before:
+        extra.append("a call on a second stream used the first stream's scratch (it allocated none of its own)")
+    runs = [(b, out)]
+    for delay in range(0, 400_000, 20_000):  # cycles: 0 to ~200 us at 2 GHz
         outs = []
-        for inputs, stream in zip((a, b), streams):
+        for inputs, stream, wait in zip((a, b), streams, (0, delay)):
             out = torch.full_like(inputs.out, float("nan"))
             with torch.cuda.stream(stream):
+                if wait:
+                    torch.cuda._sleep(wait)
                 adapters.decode_call(inputs, path="split", out=out)
             outs.append(out)
         torch.cuda.synchronize(device)
         runs += [(a, outs[0]), (b, outs[1])]
-    return _judge_all(reg, runs, started)
+    return _judge_all(reg, runs, started, extra_reasons=extra)
 
 
 def graph_growth(reg, device) -> Verdict:
@@ -126,17 +142,26 @@ def graph_growth(reg, device) -> Verdict:
         adapters.decode_call(small, path="split", workspace=store, out=out)
     torch.cuda.current_stream(device).wait_stream(side)
     torch.cuda.synchronize(device)
-    old_acc = store["acc"].numel()
+    torch.cuda.empty_cache()  # so the blocks the growth releases are the ones bystanders get
+    old_sizes = [store[name].numel() for name in ("ml", "acc")]
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         adapters.decode_call(small, path="split", workspace=store, out=out)
-    grown = adapters.decode_call(large, path="split", workspace=store).clone()
-    bystander = torch.full((old_acc,), 7.0, device=device)
+    before = torch.cuda.memory_allocated(device)
+    grown = adapters.decode_call(large, path="split", workspace=store)
+    torch.cuda.synchronize(device)
+    added = torch.cuda.memory_allocated(device) - before
+    kept = sum(t.numel() * 4 for name, t in store.items() if name in ("ml", "acc"))
+    grown = grown.clone()
+    torch.cuda.synchronize(device)
+    bystanders = [torch.full((n,), 7.0, device=device) for n in old_sizes]
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize(device)
     extra = []
-    if not bool((bystander == 7.0).all()):
+    if added < kept:
+        extra.append(f"growing the scratch released {kept - added} bytes that the captured graph still writes")
+    if not all(bool((b == 7.0).all()) for b in bystanders):
         extra.append("graph replay wrote into memory the grown scratch had released")
     return _judge_all(reg, [(small, out.clone()), (large, grown)], started, extra_reasons=extra,
                       detail={"allocations": store.get("allocations", 0)})

@@ -5,6 +5,7 @@ A job is (suite, case id, how to judge it). `jobs(tier)` lists all of a tier;
 that names it, and reports progress a line per suite.
 """
 
+import dataclasses
 import sys
 import time
 import traceback
@@ -14,9 +15,10 @@ from typing import Callable
 import torch
 
 from cases import decode as decode_cases
+from cases import kda as kda_cases
 from cases import regressions
 from cases.decode_matrix import decode_matrix
-from verify import adapters, floors, gate, probes
+from verify import adapters, floors, gate, probes, tolerances
 from verify.device import seed_of
 from verify.verdict import Verdict
 
@@ -42,10 +44,39 @@ def decode_verdict(case, device) -> Verdict:
                       zero_rows=inputs.empty_rows, started=started)
 
 
+def kda_suite(case) -> str:
+    return "kda-" + ("segmented" if case.schedule.startswith("segmented") else case.schedule)
+
+
+def kda_verdict(case, device) -> Verdict:
+    """Build, run and judge one KDA case: output and final state against the float64 recurrence."""
+    started = time.perf_counter()
+    suite = kda_suite(case)
+    inputs = kda_cases.build(case, device, seed_of(case.id))
+    try:
+        outputs, untouched = adapters.kda(inputs)
+    except Exception as exc:
+        return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
+    judged, floor = floors.kda(inputs, outputs)
+    verdict = gate.judge(suite, case.id, judged, floor, tolerances.KDA_FLOOR_MULTIPLE,
+                         rms_max=tolerances.KDA_RMS_RATIO_MAX, started=started)
+    if not untouched:
+        verdict = dataclasses.replace(verdict, passed=False,
+                                      reasons=verdict.reasons + ("state_cache slots no sequence names were written",))
+    return verdict
+
+
+def case_verdict(case, device) -> Verdict:
+    """Judge a decode or KDA case."""
+    if isinstance(case, kda_cases.KdaCase):
+        return kda_verdict(case, device)
+    return decode_verdict(case, device)
+
+
 def regression_verdict(reg, device) -> Verdict:
     """Judge one regression: its numeric case or its probe."""
     if reg.case is not None:
-        return decode_verdict(reg.case, device)
+        return case_verdict(reg.case, device)
     started = time.perf_counter()
     try:
         return getattr(probes, reg.probe)(reg, device)
@@ -59,10 +90,15 @@ def _decode_job(case) -> Job:
 
 def regression_jobs(tier: str) -> list[Job]:
     out = []
-    for reg in regressions.DECODE_REGRESSIONS:
+    for reg in regressions.ALL:
         if reg.gpu and tier == "cpu":
             continue
-        suite = f"decode-{reg.case.path}" if reg.case is not None else "regressions"
+        if reg.case is None:
+            suite = "regressions"
+        elif isinstance(reg.case, kda_cases.KdaCase):
+            suite = kda_suite(reg.case)
+        else:
+            suite = f"decode-{reg.case.path}"
         out.append(Job(suite, reg.id, lambda device, r=reg: regression_verdict(r, device)))
     return out
 
@@ -70,8 +106,10 @@ def regression_jobs(tier: str) -> list[Job]:
 def jobs(tier: str) -> list[Job]:
     """Every job of a tier, suites in a fixed order."""
     out = [_decode_job(c) for c in decode_matrix(tier)]
+    out += [Job(kda_suite(c), c.id, lambda device, c=c: kda_verdict(c, device)) for c in kda_cases.kda_cases(tier)]
     out += regression_jobs(tier)
-    order = {"decode-onepass": 0, "decode-split": 1, "decode-auto": 2, "regressions": 3}
+    order = {"decode-onepass": 0, "decode-split": 1, "decode-auto": 2, "kda-unsegmented": 3, "kda-segmented": 4,
+             "kda-auto": 5, "regressions": 6}
     return sorted(out, key=lambda j: order.get(j.suite, 9))
 
 
