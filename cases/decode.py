@@ -179,10 +179,10 @@ def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool):
     nb, bs, hkv, _ = values.shape
     if case.cache == "bf16":
         if case.scales == "token":
-            scale = torch.exp(0.3 * torch.randn(nb, hkv, bs, generator=gen)).float()
+            scale = torch.exp(0.3 * torch.randn(nb, hkv, bs, generator=gen)).float().to(values.device)
             stored = (values / scale.permute(0, 2, 1)[..., None]).to(torch.bfloat16)
         else:
-            scale = torch.tensor([1.0])
+            scale = torch.tensor([1.0], device=values.device)
             stored = values.to(torch.bfloat16)
         stored = _poison_codes(stored, used, "bf16")
     else:
@@ -193,6 +193,7 @@ def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool):
         scale = scale.reshape(-1) if scale.dim() == 0 else scale
     if case.scales == "token":
         bad = torch.where(torch.rand(scale.shape, generator=gen) < 0.5, float("inf"), float("nan"))
+        bad = bad.to(scale.device)
         scale = torch.where(used[:, None, :].expand_as(scale), scale, bad).float()
         if per_token_transposed:
             scale = scale.permute(0, 2, 1).contiguous().permute(0, 2, 1)
@@ -200,7 +201,8 @@ def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool):
 
 
 def build(case: DecodeCase, device, seed: int) -> DecodeInputs:
-    """The tensors of `case` on `device`, drawn from `seed`."""
+    """The tensors of `case` on `device`, drawn from `seed` (on the CPU, so every device gets the
+    same values; quantization and packing then run on `device`)."""
     gen = torch.Generator().manual_seed(seed)
     lens = case.lens
     tables, pool, used = _block_tables(gen, lens, case.block)
@@ -209,6 +211,7 @@ def build(case: DecodeCase, device, seed: int) -> DecodeInputs:
     v = _signed_values(gen, shape, 3)
     q_shape = (len(lens), case.q, case.hq, case.d)
     query_original = _signed_values(gen, q_shape, 3) * 0.5
+    k, v, used = k.to(device), v.to(device), used.to(device)
     k_stored, k_scale = _quantize(k, used, case, gen, per_token_transposed=False)
     v_stored, v_scale = _quantize(v, used, case, gen, per_token_transposed=True)
     key_cache = layouts.pack_k(k_stored, case.layout)

@@ -1,0 +1,67 @@
+"""The quantfloor command: ALL_PASS and exit 0 on a correct kernel, FAIL and non-zero on a broken one."""
+
+import json
+
+from verify import cli, mutants
+
+CASE = "window2"  # decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass
+
+
+def _last_line(capsys) -> str:
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_run_passes_and_writes_reports(tmp_path, capsys):
+    rc = cli.main(["run", "--tier", "cpu", "-k", CASE, "--json", str(tmp_path / "r.json"),
+                   "--md", str(tmp_path / "r.md")])
+    assert rc == 0
+    assert _last_line(capsys) == "ALL_PASS (1 cases)"
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["verdicts"][0]["passed"] is True and data["meta"]["tier"] == "cpu"
+    assert "ALL_PASS" in (tmp_path / "r.md").read_text()
+
+
+def test_run_fails_on_a_broken_kernel(capsys):
+    for name in ("window-off-by-one", "v-scale-strides"):
+        mutant = mutants.by_name(name)
+        case = mutants.regression_of(mutant).case
+        with mutants.applied(mutant):
+            rc = cli.main(["run", "--tier", "cpu", "-k", case.id])
+        assert rc == 1
+        assert _last_line(capsys) == "FAIL (1 of 1)"
+
+
+def test_run_with_no_case_is_not_a_pass(capsys):
+    assert cli.main(["run", "--tier", "cpu", "-k", "no-such-case"]) == 1
+    assert _last_line(capsys) == "FAIL (0 of 0)"
+
+
+def test_cases_and_repro(capsys):
+    assert cli.main(["cases", "--tier", "cpu", "-k", CASE]) == 0
+    listed = capsys.readouterr().out.split()
+    case_id = listed[-1]
+    assert CASE in case_id
+    assert cli.main(["repro", case_id]) == 0
+    assert "verdict PASS" in capsys.readouterr().out
+
+
+def test_repro_rebuilds_a_case_from_its_id_alone(capsys):
+    case_id = "decode-e4m3fnuz-tensor-b32-hq8-hkv1-d64-w5-L7_3-q2-plain-split"
+    assert cli.main(["repro", case_id]) == 0
+    assert case_id in capsys.readouterr().out
+
+
+def test_merge_joins_shards(tmp_path, capsys):
+    for i in range(2):
+        assert cli.main(["run", "--tier", "cpu", "-k", "L0_1 q4 onepass", "--shard", f"{i}/2",
+                         "--json", str(tmp_path / f"s{i}.json")]) == 0
+    capsys.readouterr()
+    assert cli.main(["merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json")]) == 0
+    assert _last_line(capsys).startswith("ALL_PASS")
+
+
+def test_gpu_tier_without_a_gpu_is_refused(capsys, device):
+    if device.type != "cpu":
+        return
+    assert cli.main(["cases", "--tier", "gpu"]) == 2
+    assert "tier: 'gpu' needs a GPU" in capsys.readouterr().err

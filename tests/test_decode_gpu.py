@@ -1,0 +1,42 @@
+"""GPU-only decode checks: bit-exact repeats, 64-bit cache offsets."""
+
+import pytest
+import torch
+
+from cases import decode as decode_cases
+from verify import adapters, floors, gate
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("path", ["onepass", "split", "auto"])
+def test_each_path_repeats_bit_for_bit(device, path):
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 32, 8, 128, 4096, (8192, 5000, 77), 1, "shuffled", path)
+    inputs = decode_cases.build(case, device, 5)
+    first = adapters.decode_call(inputs, path=path).clone()
+    for _ in range(19):
+        again = adapters.decode_call(inputs, path=path, out=torch.full_like(inputs.out, float("nan")))
+        assert torch.equal(again, first)
+
+
+def test_cache_offsets_past_2_to_the_31(device):
+    """The same sequences, their blocks moved past element 2^31 of a larger cache: same bits."""
+    case = decode_cases.DecodeCase("e4m3fn", "tensor", 16, 16, 8, 128, 0, (300, 41), 1, "plain", "onepass")
+    inputs = decode_cases.build(case, device, 11)
+    near = adapters.decode_call(inputs, path="onepass").clone()
+    pool = inputs.key_cache.shape[0]
+    per_block = inputs.key_cache[0].numel()
+    shift = (2 ** 31) // per_block + 1
+    big_k = torch.empty((shift + pool,) + tuple(inputs.key_cache.shape[1:]), dtype=torch.uint8, device=device)
+    big_v = torch.empty_like(big_k)
+    big_k[shift:] = inputs.key_cache.view(torch.uint8)
+    big_v[shift:] = inputs.value_cache.view(torch.uint8)
+    moved = decode_cases.DecodeInputs(**{**inputs.__dict__,
+                                         "key_cache": big_k.view(inputs.key_cache.dtype),
+                                         "value_cache": big_v.view(inputs.value_cache.dtype),
+                                         "block_tables": inputs.block_tables + shift,
+                                         "out": torch.full_like(inputs.out, float("nan"))})
+    far = adapters.decode_call(moved, path="onepass")
+    assert torch.equal(far, near)
+    judged = floors.decode(inputs)
+    assert gate.judge("t", case.id, {"out": (far, judged.ref8)}, judged.floor, judged.multiple).passed
