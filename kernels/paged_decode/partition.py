@@ -128,7 +128,8 @@ def decode_partition_kernel(
         slot = keys % BLOCK_SIZE
 
         k_off = (page * k_blk + kvh * k_head + (slot // K_SX) * k_shi + (slot % K_SX) * k_slo)
-        k = tl.load(k_ptr + k_off[None, :] + k_dim_off[:, None], mask=key_ok[None, :], other=0)
+        # Whole pages are readable; keys outside the partition are masked out of the scores below.
+        k = tl.load(k_ptr + k_off[None, :] + k_dim_off[:, None], mask=page_ok[None, :])
         k = to_f32(k, FP8_MODE).to(DOT)
         s = tl.dot(q, k) * qk_scale
         if PER_TOKEN_SCALE:
@@ -144,10 +145,12 @@ def decode_partition_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
 
-        v_mask = key_ok[:, None]
+        # V rows of keys outside the partition (unused slots may hold NaN bytes) are zeroed:
+        # their p is 0, but 0 * NaN is NaN.
+        v_keep = key_ok[:, None]
         v_off = (page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo)
-        v = tl.load(v_ptr + v_off[:, None] + v_dim_off[None, :], mask=v_mask, other=0)
-        v = to_f32(v, FP8_MODE).to(DOT)
+        v = tl.load(v_ptr + v_off[:, None] + v_dim_off[None, :], mask=page_ok[:, None])
+        v = tl.where(v_keep, to_f32(v, FP8_MODE), 0.0).to(DOT)
         if PER_TOKEN_SCALE:
             vs = tl.load(v_scale_ptr + page * vs_blk + kvh * vs_head + slot * vs_slot, mask=key_ok, other=0.0)
             p = p * vs[None, :]
