@@ -65,3 +65,10 @@ def test_gpu_tier_without_a_gpu_is_refused(capsys, device):
         return
     assert cli.main(["cases", "--tier", "gpu"]) == 2
     assert "tier: 'gpu' needs a GPU" in capsys.readouterr().err
+
+
+def test_mutants_prints_the_kill_matrix(capsys):
+    assert cli.main(["mutants", "--tier", "cpu", "-k", "window-off-by-one"]) == 0
+    out = capsys.readouterr().out
+    assert "window-off-by-one" in out and "killed" in out
+    assert out.strip().splitlines()[-1] == "ALL_KILLED (1 of 1 mutants)"

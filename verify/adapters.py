@@ -13,6 +13,7 @@ import torch
 
 from kernels import kda as kda_kernels
 from kernels import paged_decode
+from kernels.paged_decode import plan as decode_plan
 
 FORCE_SPLIT = {"onepass": False, "split": True, "auto": None}
 
@@ -51,6 +52,14 @@ def poisoned_decode_store(inputs) -> dict:
         "ml": torch.full((2 * m,), float("nan"), device=device),
         "acc": torch.full((m * case.d,), float("nan"), device=device),
     }
+
+
+def expected_split_plan(inputs, *, cu: int):
+    """The forced-split plan for `inputs` on `cu` CUs, as the kernel's planner makes it."""
+    case = inputs.case
+    return decode_plan.plan_decode(num_seqs=len(case.lens), num_kv_heads=case.hkv, max_seq_len=inputs.max_seq_len,
+                                   num_queries=case.q, window=case.window, block_size=case.block,
+                                   partition_size=case.partition, cu=cu, arch="any", force_split=True)
 
 
 def decode_call(inputs, *, path: str, workspace=None, out=None):

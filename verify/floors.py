@@ -4,7 +4,8 @@ ref  : the float64 reference on the original, unquantized inputs;
 ref8 : the float64 reference on exactly the values the kernel sees;
 floor: fp8 caches: max|ref - ref8|, the error quantization alone makes;
        unquantized (bf16 caches, KDA): max|same-precision torch - ref8|, the
-       error a straightforward implementation at the input precision makes.
+       error a straightforward implementation at the input precision makes,
+       its output stored in the kernel's output dtype as the kernel's is.
 """
 
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ def decode(inputs) -> Judged:
         other = ref_decode.paged_decode(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables,
                                         inputs.seq_lens, k_scale=inputs.k_scale, v_scale=inputs.v_scale,
                                         layout=case.layout, operand_dtype=torch.bfloat16, **common)
+        other = other.to(inputs.out.dtype)  # a same-precision implementation stores its output in it too
         multiple = tolerances.SAME_PRECISION_MULTIPLE
     else:
         other = ref_decode.paged_decode(inputs.query_original, inputs.original_k, inputs.original_v,
@@ -58,7 +60,7 @@ def kda(inputs, outputs: dict) -> tuple[dict, dict]:
     ref_o, ref_state = ref_kda.naive_kda(*args, **inputs.kwargs)
     low_o, low_state = kda_chunked.chunk_kda_torch(*args, operand_dtype=torch.bfloat16, **inputs.kwargs)
     refs = {"o": ref_o, "state": ref_state}
-    lows = {"o": low_o, "state": low_state}
+    lows = {"o": low_o.to(inputs.out.dtype), "state": low_state}  # its output stored in the kernel's dtype
     if "state_cache" in inputs.kwargs:
         idx = inputs.kwargs["state_indices"].long()
         refs["state"], lows["state"] = ref_state[idx], low_state[idx]

@@ -13,7 +13,6 @@ import torch
 
 from cases import decode as decode_cases
 from cases.decode import DecodeCase
-from kernels.paged_decode import plan as decode_plan
 from verify import adapters, floors, gate
 from verify.device import seed_of
 from verify.verdict import Verdict
@@ -82,8 +81,7 @@ def cu_num(reg, device) -> Verdict:
     inputs = _inputs(case, device)
     store = {}
     out = adapters.decode_call(inputs, path="split", workspace=store)
-    want = decode_plan.plan_decode(num_seqs=4, num_kv_heads=8, max_seq_len=1000, num_queries=1, window=0,
-                                   block_size=16, partition_size=64, cu=48, arch="any", force_split=True)
+    want = adapters.expected_split_plan(inputs, cu=48)
     rows = case.hq // case.hkv
     want_acc = 4 * 8 * want.p2 * rows * case.d
     got_acc = store["acc"].numel()
