@@ -2,10 +2,11 @@
 
 Factors: cache dtype x scales x block x heads (Hq, Hkv) x D x window x layout
 x length x Q. The CPU tier runs an all-pairs covering array of it, the GPU
-tiers the whole product; each row runs through every kernel path (one-pass,
-split forced, auto). Lengths are named relative to the block and the window
-(`w-1`, `bs+1`, ...) and resolved per row; each case holds a second, shorter
-sequence so that per-sequence indexing is always exercised.
+tiers the whole product; each row runs through every kernel path (one-pass;
+split forced, planned for a 256-CU part; auto, with the device's own CU
+count). Lengths are named relative to the block and the window (`w-1`,
+`bs+1`, ...) and resolved per row; each case holds a second, shorter sequence
+so that per-sequence indexing is always exercised.
 """
 
 from cases import matrix
@@ -23,6 +24,9 @@ FACTORS = {
     "q": (1, 2, 4),
 }
 
+# Forced-split cases plan for this many CUs (a 256-CU part), so long contexts
+# run 4 to 32 partitions on every device, the interpreter's single "CU" included.
+SPLIT_CU = 256
 # Without a window, "w" stands for this many keys (a tile boundary).
 NOMINAL_WINDOW = 64
 LONG = {"cpu": None, "gpu": 8193, "long": 65537}
@@ -47,7 +51,7 @@ def _case(row: dict, tier: str, path: str) -> DecodeCase:
     hq, hkv = row["heads"]
     return DecodeCase(cache=row["cache"], scales=row["scales"], block=row["block"], hq=hq, hkv=hkv,
                       d=row["d"], window=row["window"], lens=(length, length // 3 + 1), q=row["q"],
-                      layout=row["layout"], path=path)
+                      layout=row["layout"], path=path, cu=SPLIT_CU if path == "split" else 0)
 
 
 def decode_matrix(tier: str) -> list[DecodeCase]:
