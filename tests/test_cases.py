@@ -1,0 +1,72 @@
+"""Case ids are stable and parse back; the same id builds the same tensors; builders are adversarial."""
+
+import pytest
+import torch
+
+from cases import decode as decode_cases
+from cases import kda as kda_cases
+from cases import regressions
+from cases.decode_matrix import FACTORS, decode_matrix, resolve_length
+from verify.device import seed_of
+
+
+def test_every_decode_id_parses_back_to_its_case():
+    for tier in ("cpu", "gpu"):
+        for case in decode_matrix(tier)[:: 1 if tier == "cpu" else 997]:
+            assert decode_cases.DecodeCase.from_id(case.id) == case
+    for reg in regressions.ALL:
+        if reg.case is not None:
+            assert type(reg.case).from_id(reg.case.id) == reg.case
+
+
+def test_every_kda_id_parses_back_to_its_case():
+    for case in kda_cases.kda_cases("gpu"):
+        assert kda_cases.KdaCase.from_id(case.id) == case
+
+
+def test_ids_are_unique_and_name_operator_and_path():
+    ids = [c.id for c in decode_matrix("cpu")] + [c.id for c in kda_cases.kda_cases("cpu")]
+    assert len(ids) == len(set(ids))
+    for case_id in ids:
+        assert case_id.startswith(("decode-", "kda-"))
+        assert case_id.rsplit("-", 1)[1] in ("onepass", "split", "auto", "unsegmented") \
+            or case_id.rsplit("-", 1)[1].startswith("segmented")
+
+
+def test_bad_ids_are_refused():
+    with pytest.raises(ValueError, match="case id"):
+        decode_cases.DecodeCase.from_id("decode-e4m3fn-nonsense")
+    with pytest.raises(ValueError, match="case id"):
+        kda_cases.KdaCase.from_id("kda-b1-t1")
+
+
+def test_named_lengths_resolve_around_block_and_window():
+    assert resolve_length("bs-1", 16, 1024, "cpu") == 15
+    assert resolve_length("w+1", 16, 1024, "cpu") == 1025
+    assert resolve_length("w-1", 32, 1, "cpu") == 0
+    assert resolve_length("long", 16, 4096, "gpu") == 8193
+    assert set(FACTORS["length"]) >= {"0", "1", "long"}
+
+
+def test_same_id_same_tensors_and_the_poison_is_there(device):
+    case = decode_cases.DecodeCase("e4m3fnuz", "token", 16, 8, 2, 64, 5, (17, 1), 2, "shuffled", "onepass")
+    a = decode_cases.build(case, device, seed_of(case.id))
+    b = decode_cases.build(case, device, seed_of(case.id))
+    assert torch.equal(a.key_cache.view(torch.uint8), b.key_cache.view(torch.uint8))
+    assert torch.equal(a.query, b.query)
+    assert a.out.isnan().all()
+    codes = a.value_cache.view(torch.uint8)
+    assert (codes == 0x80).any(), "unused slots carry the e4m3fnuz NaN byte"
+    assert not torch.isfinite(a.k_scale).all(), "per-token scales of unused slots are inf or NaN"
+    assert a.v_scale.stride() != a.k_scale.stride(), "V scales have their own strides"
+    assert a.query.float().lt(0).any() and a.query.float().gt(0).any()
+    assert bool(a.empty_rows[1, 0]) and not bool(a.empty_rows[0].any())
+
+
+def test_block_tables_draw_from_a_pool_twice_the_need(device):
+    case = decode_cases.DecodeCase("bf16", "tensor", 16, 8, 1, 64, 0, (100, 40), 1, "plain", "onepass")
+    inputs = decode_cases.build(case, device, 3)
+    needed = 7 + 3
+    assert inputs.key_cache.shape[0] >= 2 * needed
+    used = torch.cat([inputs.block_tables[0, :7], inputs.block_tables[1, :3]])
+    assert used.unique().numel() == needed
