@@ -121,16 +121,29 @@ def select(all_jobs: list[Job], pattern: str | None) -> list[Job]:
     return [j for j in all_jobs if all(w in j.case_id or w in j.suite for w in words)]
 
 
+PROGRESS_SECONDS = 30.0
+
+
 def run(selected: list[Job], device, *, stream=sys.stderr) -> list[Verdict]:
-    """Judge each job; a line per suite as it completes."""
+    """Judge each job; a line per suite as it completes, and one every PROGRESS_SECONDS
+    within a long suite (done/total, failures so far)."""
     verdicts = []
-    current, started, count, fails = None, time.perf_counter(), 0, 0
+    totals = {}
+    for job in selected:
+        totals[job.suite] = totals.get(job.suite, 0) + 1
+    current, started, count, fails, shown = None, time.perf_counter(), 0, 0, time.perf_counter()
+
+    def line(done: bool):
+        state = f"{count} cases" if done else f"{count}/{totals[current]} cases"
+        print(f"  {current}: {state}, {fails} failed, {time.perf_counter() - started:.1f}s",
+              file=stream, flush=True)
+
     for job in selected:
         if job.suite != current:
             if current is not None:
-                print(f"  {current}: {count} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
-                      file=stream, flush=True)
+                line(done=True)
             current, started, count, fails = job.suite, time.perf_counter(), 0, 0
+            shown = started
         t0 = time.perf_counter()
         try:
             verdict = job.judge(device)
@@ -141,7 +154,9 @@ def run(selected: list[Job], device, *, stream=sys.stderr) -> list[Verdict]:
         verdicts.append(verdict)
         count += 1
         fails += not verdict.passed
+        if time.perf_counter() - shown >= PROGRESS_SECONDS and count < totals[current]:
+            line(done=False)
+            shown = time.perf_counter()
     if current is not None:
-        print(f"  {current}: {count} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
-              file=stream, flush=True)
+        line(done=True)
     return verdicts
