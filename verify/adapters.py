@@ -5,7 +5,6 @@ names, and returns the outputs to judge. Scratch is poisoned with NaN before
 split calls, so a kernel that reads scratch it never wrote fails.
 """
 
-import math
 import os
 from contextlib import contextmanager
 
@@ -16,6 +15,7 @@ from kernels import paged_decode
 from kernels.paged_decode import plan as decode_plan
 
 FORCE_SPLIT = {"onepass": False, "split": True, "auto": None}
+UNCAPPED_CU = 1 << 30  # so many CUs that the planner never caps the partition count
 
 
 @contextmanager
@@ -38,15 +38,14 @@ def environment(**values):
 def poisoned_decode_store(inputs) -> dict:
     """A caller-owned decode workspace whose buffers are already large enough and all NaN.
 
-    Sized for the largest plan the case can produce (partition dim: the next
-    power of two of the uncapped partition count), so the kernel writes into
-    these very buffers and any element it reads without writing is NaN.
+    Sized for the largest plan the case can produce (the uncapped partition
+    count), so the kernel writes into these very buffers and any element it
+    reads without writing is NaN.
     """
     case = inputs.case
-    span = max(case.lens) + case.block
-    p2 = 1 << max(0, math.ceil(span / case.partition) - 1).bit_length()
+    largest = expected_split_plan(inputs, cu=UNCAPPED_CU)
     rows = (case.hq // case.hkv) * case.q
-    m = len(case.lens) * case.hkv * p2 * rows
+    m = len(case.lens) * case.hkv * largest.p2 * rows
     device = inputs.out.device
     return {
         "ml": torch.full((2 * m,), float("nan"), device=device),

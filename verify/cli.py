@@ -70,15 +70,7 @@ def cmd_cases(args) -> int:
 
 
 def cmd_repro(args) -> int:
-    matches = [j for tier in _device.TIERS for j in runner.jobs(tier) if j.case_id == args.case_id]
-    if matches:
-        job = matches[0]
-    else:
-        from cases.decode import DecodeCase
-        from cases.kda import KdaCase
-
-        case = (KdaCase if args.case_id.startswith("kda-") else DecodeCase).from_id(args.case_id)
-        job = runner.Job("repro", case.id, lambda dev: runner.case_verdict(case, dev))
+    job = runner.job_for_id(args.case_id)
     started = time.perf_counter()
     verdict = job.judge(DEVICE)
     print(f"case    {verdict.case_id}\nsuite   {verdict.suite}\nverdict {'PASS' if verdict.passed else 'FAIL'}")

@@ -94,7 +94,7 @@ def by_name(name: str) -> Mutant:
     raise ValueError(f"mutant: expected one of {[m.name for m in MUTANTS]}, got {name!r}")
 
 
-def _mutated_module(mutant: Mutant):
+def _mutated_module(mutant: Mutant, folder: Path):
     original = importlib.import_module(mutant.module)
     source = Path(original.__file__).read_text()
     count = source.count(mutant.old)
@@ -102,7 +102,6 @@ def _mutated_module(mutant: Mutant):
         raise RuntimeError(f"mutant {mutant.name}: expected the snippet exactly once in {mutant.module}, "
                            f"found it {count} times: {mutant.old!r}")
     mutated = source.replace(mutant.old, mutant.new)
-    folder = Path(tempfile.mkdtemp(prefix="quantfloor-mutant-"))
     path = folder / f"{mutant.module.rsplit('.', 1)[-1]}_{mutant.name.replace('-', '_')}.py"
     path.write_text(mutated)
     name = f"_quantfloor_mutant_{mutant.name.replace('-', '_')}"
@@ -115,16 +114,17 @@ def _mutated_module(mutant: Mutant):
 
 @contextmanager
 def applied(mutant: Mutant):
-    """Run the block with `mutant` in place of the real code."""
-    module = _mutated_module(mutant)
-    holder = importlib.import_module(mutant.holder)
-    saved = getattr(holder, mutant.attr)
-    setattr(holder, mutant.attr, getattr(module, mutant.take) if mutant.take else module)
-    try:
-        yield module
-    finally:
-        setattr(holder, mutant.attr, saved)
-        sys.modules.pop(module.__name__, None)
+    """Run the block with `mutant` in place of the real code (its source in a temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix="quantfloor-mutant-") as folder:
+        module = _mutated_module(mutant, Path(folder))
+        holder = importlib.import_module(mutant.holder)
+        saved = getattr(holder, mutant.attr)
+        setattr(holder, mutant.attr, getattr(module, mutant.take) if mutant.take else module)
+        try:
+            yield module
+        finally:
+            setattr(holder, mutant.attr, saved)
+            sys.modules.pop(module.__name__, None)
 
 
 def regression_of(mutant: Mutant):

@@ -30,8 +30,11 @@ def _case(**kw) -> DecodeCase:
 def _judge_all(reg, runs, started, *, extra_reasons=(), detail=None) -> Verdict:
     """One verdict over several (inputs, out) runs: the worst by err/floor, plus extra reasons."""
     verdicts = []
+    judged_of = {}  # the references of each distinct inputs, computed once
     for inputs, out in runs:
-        judged = floors.decode(inputs)
+        if id(inputs) not in judged_of:
+            judged_of[id(inputs)] = floors.decode(inputs)
+        judged = judged_of[id(inputs)]
         verdicts.append(gate.judge(SUITE, reg.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple,
                                    zero_rows=inputs.empty_rows))
     worst = max(verdicts, key=lambda v: (not v.passed, v.err_floor if not math.isnan(v.err_floor) else math.inf))

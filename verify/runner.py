@@ -30,10 +30,17 @@ class Job:
     judge: Callable[[torch.device], Verdict]
 
 
+def suite_of(case) -> str:
+    """The suite a decode or KDA case is reported in: the operator and its kernel path."""
+    if isinstance(case, kda_cases.KdaCase):
+        return "kda-" + ("segmented" if case.schedule.startswith("segmented") else case.schedule)
+    return f"decode-{case.path}"
+
+
 def decode_verdict(case, device) -> Verdict:
     """Build, run and judge one decode case."""
     started = time.perf_counter()
-    suite = f"decode-{case.path}"
+    suite = suite_of(case)
     inputs = decode_cases.build(case, device, seed_of(case.id))
     judged = floors.decode(inputs)
     try:
@@ -44,14 +51,10 @@ def decode_verdict(case, device) -> Verdict:
                       zero_rows=inputs.empty_rows, started=started)
 
 
-def kda_suite(case) -> str:
-    return "kda-" + ("segmented" if case.schedule.startswith("segmented") else case.schedule)
-
-
 def kda_verdict(case, device) -> Verdict:
     """Build, run and judge one KDA case: output and final state against the float64 recurrence."""
     started = time.perf_counter()
-    suite = kda_suite(case)
+    suite = suite_of(case)
     inputs = kda_cases.build(case, device, seed_of(case.id))
     try:
         outputs, untouched = adapters.kda(inputs)
@@ -84,8 +87,17 @@ def regression_verdict(reg, device) -> Verdict:
         return gate.failed("regressions", reg.id, f"raised {type(exc).__name__}: {exc}", started)
 
 
-def _decode_job(case) -> Job:
-    return Job(f"decode-{case.path}", case.id, lambda device, c=case: decode_verdict(c, device))
+def _case_job(case) -> Job:
+    return Job(suite_of(case), case.id, lambda device, c=case: case_verdict(c, device))
+
+
+def job_for_id(case_id: str) -> Job:
+    """The job of any case id: a probe by its regression's name, any other case rebuilt from its id."""
+    if case_id.startswith("probe-"):
+        reg = regressions.by_name(case_id[len("probe-"):])
+        return Job("regressions", reg.id, lambda device: regression_verdict(reg, device))
+    case_type = kda_cases.KdaCase if case_id.startswith("kda-") else decode_cases.DecodeCase
+    return _case_job(case_type.from_id(case_id))
 
 
 def regression_jobs(tier: str) -> list[Job]:
@@ -93,20 +105,14 @@ def regression_jobs(tier: str) -> list[Job]:
     for reg in regressions.ALL:
         if reg.gpu and tier == "cpu":
             continue
-        if reg.case is None:
-            suite = "regressions"
-        elif isinstance(reg.case, kda_cases.KdaCase):
-            suite = kda_suite(reg.case)
-        else:
-            suite = f"decode-{reg.case.path}"
+        suite = "regressions" if reg.case is None else suite_of(reg.case)
         out.append(Job(suite, reg.id, lambda device, r=reg: regression_verdict(r, device)))
     return out
 
 
 def jobs(tier: str) -> list[Job]:
     """Every job of a tier, suites in a fixed order."""
-    out = [_decode_job(c) for c in decode_matrix(tier)]
-    out += [Job(kda_suite(c), c.id, lambda device, c=c: kda_verdict(c, device)) for c in kda_cases.kda_cases(tier)]
+    out = [_case_job(c) for c in decode_matrix(tier) + kda_cases.kda_cases(tier)]
     out += regression_jobs(tier)
     order = {"decode-onepass": 0, "decode-split": 1, "decode-auto": 2, "kda-unsegmented": 3, "kda-segmented": 4,
              "kda-auto": 5, "regressions": 6}
