@@ -28,8 +28,9 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         _device.pin_worker(worker)
-        if DEVICE.type == "cpu":
-            torch.set_num_threads(1)  # one worker per core; tiny tensors stall on thread hand-offs
+        # the workers share the cores: more threads each only stall on hand-offs
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -140,10 +140,19 @@ def _signed_values(gen, shape, token_dims: int) -> torch.Tensor:
     """Gaussian values with a few outlier channels and a per-token magnitude spread."""
     x = torch.randn(shape, generator=gen)
     d = shape[-1]
-    outliers = torch.randperm(d, generator=gen)[: max(1, d // 32)]
-    x[..., outliers] *= 6.0
+    channel = torch.ones(d)
+    channel[torch.randperm(d, generator=gen)[: max(1, d // 32)]] = 6.0
     token_shape = shape[:token_dims] + (1,) * (len(shape) - token_dims)
-    x *= torch.exp(0.5 * torch.randn(token_shape, generator=gen))
+    x *= torch.exp(0.5 * torch.randn(token_shape, generator=gen)) * channel
+    return x
+
+
+def _pool_values(gen, used: torch.Tensor, shape, device) -> torch.Tensor:
+    """Values for a block pool of `shape` on `device`: drawn for the blocks in use, zero in the
+    others (whose slots are poisoned anyway, so drawing them would only cost time)."""
+    live = used.any(1).nonzero()[:, 0]
+    x = torch.zeros(shape, device=device)
+    x[live.to(device)] = _signed_values(gen, (len(live),) + tuple(shape[1:]), 3).to(device)
     return x
 
 
@@ -207,11 +216,11 @@ def build(case: DecodeCase, device, seed: int) -> DecodeInputs:
     lens = case.lens
     tables, pool, used = _block_tables(gen, lens, case.block)
     shape = (pool, case.block, case.hkv, case.d)
-    k = _signed_values(gen, shape, 3)
-    v = _signed_values(gen, shape, 3)
+    k = _pool_values(gen, used, shape, device)
+    v = _pool_values(gen, used, shape, device)
     q_shape = (len(lens), case.q, case.hq, case.d)
     query_original = _signed_values(gen, q_shape, 3) * 0.5
-    k, v, used = k.to(device), v.to(device), used.to(device)
+    used = used.to(device)
     k_stored, k_scale = _quantize(k, used, case, gen, per_token_transposed=False)
     v_stored, v_scale = _quantize(v, used, case, gen, per_token_transposed=True)
     key_cache = layouts.pack_k(k_stored, case.layout)

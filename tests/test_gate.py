@@ -56,6 +56,17 @@ def test_zero_floor_demands_exactness_and_rms_cap_bites():
     assert not v.passed and "rms ratio" in v.reasons[0]
 
 
+def test_kda_rms_cap_follows_an_ill_conditioned_floor_only_upwards():
+    assert tolerances.kda_rms_cap(0.0) == tolerances.KDA_RMS_RATIO_MAX
+    assert tolerances.kda_rms_cap(1e-3) == tolerances.KDA_RMS_RATIO_MAX
+    assert tolerances.kda_rms_cap(0.012) == tolerances.KDA_RMS_FLOOR_MULTIPLE * 0.012
+    ref = torch.randn(64, 64, dtype=torch.float64)
+    noisy = (ref * (1 + 0.01 * torch.randn_like(ref))).float()
+    caps = {"o": tolerances.kda_rms_cap(0.012), "state": tolerances.kda_rms_cap(0.0)}
+    v = gate.judge("s", "c", {"o": (noisy, ref), "state": (noisy, ref)}, 1.0, 4.0, rms_max=caps)
+    assert not v.passed and len(v.reasons) == 1 and v.reasons[0].startswith("state: rms ratio")
+
+
 def test_per_output_floors_and_the_worst_is_reported():
     a_out, a_ref = _pair()
     b_ref = torch.randn(5, dtype=torch.float64)

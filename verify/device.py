@@ -37,6 +37,20 @@ def check_tier(tier: str) -> str:
     return tier
 
 
+# Cached-but-free GPU memory a case may leave behind. Many processes share one
+# GPU in a parallel run; one holding the cached blocks of its largest case
+# starves the others into out-of-memory errors.
+CACHED_BYTES_KEPT = 2 << 30
+
+
+def release_cached(device: torch.device) -> None:
+    """Hand cached, unused GPU memory back when a case left more than CACHED_BYTES_KEPT of it."""
+    if device.type != "cuda":
+        return
+    if torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > CACHED_BYTES_KEPT:
+        torch.cuda.empty_cache()
+
+
 def pin_worker(worker: str) -> None:
     """Pin an xdist worker ('gw3') to GPU (index mod device count)."""
     if has_gpu() and worker.startswith("gw"):

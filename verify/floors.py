@@ -16,6 +16,7 @@ from reference import kda as ref_kda
 from reference import kda_chunked
 from reference import paged_decode as ref_decode
 from verify import tolerances
+from verify.metrics import compare
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ def decode(inputs) -> Judged:
     return Judged(ref8=ref8, floor=floor, multiple=multiple)
 
 
-def kda(inputs, outputs: dict) -> tuple[dict, dict]:
-    """({name: (out, ref8)}, {name: floor}) of a KDA case, for the kernel's `outputs`.
+def kda(inputs, outputs: dict) -> tuple[dict, dict, dict]:
+    """({name: (out, ref8)}, {name: floor}, {name: floor's RMS ratio}) of a KDA case, for the
+    kernel's `outputs`.
 
     outputs: {"o": o, "state": final states} where "state" is the dense final
     state, or for a paged cache the slots the sequences wrote. ref8 is the
@@ -64,9 +66,9 @@ def kda(inputs, outputs: dict) -> tuple[dict, dict]:
     if "state_cache" in inputs.kwargs:
         idx = inputs.kwargs["state_indices"].long()
         refs["state"], lows["state"] = ref_state[idx], low_state[idx]
-    judged, floor = {}, {}
+    judged, floor, floor_rms = {}, {}, {}
     for name, out in outputs.items():
         judged[name] = (out, refs[name])
-        diff = (lows[name].to(torch.float64) - refs[name]).abs()
-        floor[name] = float(diff.max()) if diff.numel() else 0.0
-    return judged, floor
+        low = compare(lows[name], refs[name])
+        floor[name], floor_rms[name] = low.max_abs, low.rms_ratio
+    return judged, floor, floor_rms

@@ -32,10 +32,11 @@ def judge(suite: str, case_id: str, outputs: dict, floor, multiple: float, *,
     """Judge named outputs {name: (out, ref8)} against the floor (one float, or {name: float}).
 
     zero_rows: bool mask over the leading dims of the first output; those rows
-    must be exactly zero. rms_max: cap on each output's RMS ratio. The verdict
-    reports the output with the largest error/floor.
+    must be exactly zero. rms_max: cap on each output's RMS ratio (one float, or
+    {name: float}). The verdict reports the output with the largest error/floor.
     """
     floors = floor if isinstance(floor, dict) else {name: floor for name in outputs}
+    rms_caps = rms_max if isinstance(rms_max, dict) else {name: rms_max for name in outputs}
     reasons = []
     detail = dict(detail or {})
     worst = (-1.0, 0.0, 0.0, 0.0)  # (err/floor, max abs, floor, bound) of the worst output
@@ -50,8 +51,9 @@ def judge(suite: str, case_id: str, outputs: dict, floor, multiple: float, *,
         if err.max_abs > limit:
             reasons.append(f"{name}: max abs err {err.max_abs:.3g} > bound {limit:.3g} "
                            f"({multiple:g} x floor {fl:.3g} + eps) at {err.worst}")
-        if rms_max is not None and err.rms_ratio > rms_max:
-            reasons.append(f"{name}: rms ratio {err.rms_ratio:.3g} > {rms_max:g}")
+        cap = rms_caps[name]
+        if cap is not None and err.rms_ratio > cap:
+            reasons.append(f"{name}: rms ratio {err.rms_ratio:.3g} > {cap:.3g}")
         ratio = err.max_abs / fl if fl > 0 else (0.0 if err.max_abs == 0 else math.inf)
         if err.nonfinite or ratio > worst[0]:
             worst = (math.inf if err.nonfinite else ratio, err.max_abs, fl, limit)

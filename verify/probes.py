@@ -13,6 +13,7 @@ import torch
 
 from cases import decode as decode_cases
 from cases.decode import DecodeCase
+from kernels.paged_decode import api
 from verify import adapters, floors, gate
 from verify.device import seed_of
 from verify.verdict import Verdict
@@ -97,7 +98,8 @@ def cu_num(reg, device) -> Verdict:
 def two_streams(reg, device) -> Verdict:
     """Two same-shape split calls in flight on two streams, default scratch.
 
-    The second stream starts later each round (a sleep swept over the first
+    The default store seen from each stream must be its own. Then the race:
+    the second stream starts later each round (a sleep swept over the first
     call's duration), so some round lands its partition writes inside the
     first call's partition-to-reduce window if the two share scratch.
     """
@@ -105,17 +107,14 @@ def two_streams(reg, device) -> Verdict:
     case = _case(hq=32, hkv=8, d=128, lens=(16384,) * 4, window=0, partition=256, cu=132)
     a, b = _inputs(case, device, "a"), _inputs(case, device, "b")
     streams = (torch.cuda.Stream(device), torch.cuda.Stream(device))
-    adapters.decode_call(a, path="split")  # compile, and make the first stream's scratch
-    out = torch.full_like(b.out, float("nan"))
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    with torch.cuda.stream(streams[1]):
-        adapters.decode_call(b, path="split", out=out)
-    torch.cuda.synchronize(device)
+    stores = []
+    for stream in streams:
+        with torch.cuda.stream(stream):
+            stores.append(api._workspace.default_store(device))
     extra = []
-    if torch.cuda.memory_allocated(device) == before:
-        extra.append("a call on a second stream used the first stream's scratch (it allocated none of its own)")
-    runs = [(b, out)]
+    if stores[0] is stores[1]:
+        extra.append("the default scratch of two streams is one store: calls in flight on both share it")
+    runs = []
     for delay in range(0, 400_000, 20_000):  # cycles: 0 to ~200 us at 2 GHz
         outs = []
         for inputs, stream, wait in zip((a, b), streams, (0, delay)):

@@ -19,7 +19,7 @@ from cases import kda as kda_cases
 from cases import regressions
 from cases.decode_matrix import decode_matrix
 from verify import adapters, floors, gate, probes, tolerances
-from verify.device import seed_of
+from verify.device import release_cached, seed_of
 from verify.verdict import Verdict
 
 
@@ -60,9 +60,10 @@ def kda_verdict(case, device) -> Verdict:
         outputs, untouched = adapters.kda(inputs)
     except Exception as exc:
         return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
-    judged, floor = floors.kda(inputs, outputs)
+    judged, floor, floor_rms = floors.kda(inputs, outputs)
+    rms_caps = {name: tolerances.kda_rms_cap(r) for name, r in floor_rms.items()}
     verdict = gate.judge(suite, case.id, judged, floor, tolerances.KDA_FLOOR_MULTIPLE,
-                         rms_max=tolerances.KDA_RMS_RATIO_MAX, started=started)
+                         rms_max=rms_caps, started=started)
     if not untouched:
         verdict = dataclasses.replace(verdict, passed=False,
                                       reasons=verdict.reasons + ("state_cache slots no sequence names were written",))
@@ -70,10 +71,13 @@ def kda_verdict(case, device) -> Verdict:
 
 
 def case_verdict(case, device) -> Verdict:
-    """Judge a decode or KDA case."""
-    if isinstance(case, kda_cases.KdaCase):
-        return kda_verdict(case, device)
-    return decode_verdict(case, device)
+    """Judge a decode or KDA case, then release what it left cached on a GPU."""
+    try:
+        if isinstance(case, kda_cases.KdaCase):
+            return kda_verdict(case, device)
+        return decode_verdict(case, device)
+    finally:
+        release_cached(device)
 
 
 def regression_verdict(reg, device) -> Verdict:
