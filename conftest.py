@@ -2,7 +2,7 @@
 
 `verify.device.setup()` runs first, so Triton starts in its CPU interpreter
 when there is no GPU. `--tier cpu|gpu|long` (default from the device) selects
-what runs: `gpu` tests need the gpu or long tier, `long` tests the long tier.
+which cases the suites hold, and tests marked `gpu` need the gpu or long tier.
 `--shard i/n` keeps every n-th test. Each test's RNG is seeded from its id.
 """
 
@@ -34,17 +34,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    tier = config.quantfloor_tier
     skip_gpu = pytest.mark.skip(reason="needs the gpu tier (a GPU)")
-    skip_long = pytest.mark.skip(reason="needs the long tier")
-    skip_cpu_only = pytest.mark.skip(reason="runs under the interpreter only")
-    for item in items:
-        if "gpu" in item.keywords and tier == "cpu":
-            item.add_marker(skip_gpu)
-        if "long" in item.keywords and tier != "long":
-            item.add_marker(skip_long)
-        if "cpu_only" in item.keywords and tier != "cpu":
-            item.add_marker(skip_cpu_only)
+    if config.quantfloor_tier == "cpu":
+        for item in items:
+            # the marker, not the keywords: a parameter named "gpu" is no marker
+            if item.get_closest_marker("gpu") is not None:
+                item.add_marker(skip_gpu)
     index, count = _device.parse_shard(config.getoption("--shard"))
     if count > 1:
         items[:] = [it for k, it in enumerate(items) if k % count == index]

@@ -55,6 +55,15 @@ def _case(row: dict, tier: str, path: str) -> DecodeCase:
 
 
 def decode_matrix(tier: str) -> list[DecodeCase]:
-    """The matrix cases of a tier: all pairs on cpu, the whole product on gpu/long, x every path."""
+    """The matrix cases of a tier: all pairs on cpu, the whole product on gpu/long, x every path.
+
+    Named lengths can resolve alike (with W = 1, `w-1` and `w` are lengths 0 and
+    1), so a case is kept once, at its first row.
+    """
     rows = matrix.all_pairs(FACTORS) if tier == "cpu" else matrix.product(FACTORS)
-    return [_case(row, tier, path) for row in rows for path in PATHS]
+    cases = {}
+    for row in rows:
+        for path in PATHS:
+            case = _case(row, tier, path)
+            cases.setdefault(case.id, case)
+    return list(cases.values())

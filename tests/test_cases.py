@@ -24,6 +24,12 @@ def test_every_kda_id_parses_back_to_its_case():
         assert kda_cases.KdaCase.from_id(case.id) == case
 
 
+@pytest.mark.parametrize("tier", ["gpu", "long"])
+def test_every_tier_lists_each_case_once(tier):
+    ids = [c.id for c in decode_matrix(tier)] + [c.id for c in kda_cases.kda_cases(tier)]
+    assert len(ids) == len(set(ids))
+
+
 def test_ids_are_unique_and_name_operator_and_path():
     ids = [c.id for c in decode_matrix("cpu")] + [c.id for c in kda_cases.kda_cases("cpu")]
     assert len(ids) == len(set(ids))

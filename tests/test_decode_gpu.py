@@ -1,4 +1,4 @@
-"""GPU-only decode checks: bit-exact repeats, 64-bit cache offsets."""
+"""GPU-only decode checks: bit-exact repeats, 64-bit cache offsets, one-key rows exact to the store."""
 
 import pytest
 import torch
@@ -40,3 +40,17 @@ def test_cache_offsets_past_2_to_the_31(device):
     assert torch.equal(far, near)
     judged = floors.decode(inputs)
     assert gate.judge("t", case.id, {"out": (far, judged.ref8)}, judged.floor, judged.multiple).passed
+
+
+@pytest.mark.parametrize("path", ["onepass", "split", "auto"])
+def test_a_row_that_sees_one_key_loses_only_the_output_rounding(device, path):
+    """Window 1, per-token scales: each output row is v_scale * v of one key. P * v_scale enters
+    the bf16 dot as two terms, so the only error left is the bf16 store (half an ulp); one bf16
+    P term alone adds up to 2^-9 of the value, over half an ulp somewhere in these rows."""
+    case = decode_cases.DecodeCase("e4m3fnuz", "token", 16, 8, 1, 128, 1, (300, 77, 16), 2, "plain", path,
+                                   partition=64, cu=256 if path == "split" else 0)
+    inputs = decode_cases.build(case, device, 23)
+    out = adapters.decode(inputs).double()
+    ref8 = floors.decode(inputs).ref8
+    half_ulp = torch.ldexp(torch.ones_like(ref8), torch.frexp(ref8).exponent - 9)  # bf16 keeps 8 bits
+    assert bool(((out - ref8).abs() <= half_ulp * 1.01).all())

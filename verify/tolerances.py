@@ -14,6 +14,10 @@ fp8 paths (floor = max|ref - ref8|, what fp8 quantization alone costs):
   margin on both sides. Dot operands allowed: bf16/fp16 for q, k, v and P
   (fp8 values are exact there), fp32 accumulation, fp32 scores and scales;
   tf32 dots or k*scale rounded to bf16 are not assumed and may eat the margin.
+  One P term in bf16 is not always enough: where a row sees a single key
+  with a per-token scale, P * v_scale rounded to bf16 errs by up to 2^-9 of
+  the output, which on an H200 took 2 of 19,665 sampled cases past a quarter
+  of a small floor (1.04x). P split in two bf16 terms brought them to 0.24x.
 
 Unquantized paths (bf16 cache, KDA; floor = error of a same-precision torch
 implementation against float64): the FlashAttention rule, at most a small

@@ -27,7 +27,8 @@ kv head h, slot s, dim d) lives at
 (the host sets the strides and the divisors DX, SX for the shuffled or plain
 layout). fp8 values are decoded exactly to fp32 (natively or from their bits),
 fed to `tl.dot` in DOT dtype (bf16/fp16 hold every fp8 value exactly), and the
-scales are applied to scores and probabilities in fp32.
+scales are applied to scores and probabilities in fp32. Where DOT is narrower
+than fp32, P enters the PV product as two DOT terms, P_hi + (P - P_hi).
 """
 
 import triton
@@ -154,7 +155,13 @@ def decode_partition_kernel(
         if PER_TOKEN_SCALE:
             vs = tl.load(v_scale_ptr + page * vs_blk + kvh * vs_head + slot * vs_slot, mask=key_ok, other=0.0)
             p = p * vs[None, :]
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v)
+        p_dot = p.to(DOT)
+        pv = tl.dot(p_dot, v)
+        if DOT != tl.float32:
+            # P rounded to bf16 is off by up to 2^-9 of itself (a row that sees one key with a
+            # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
+            pv += tl.dot((p - p_dot.to(tl.float32)).to(DOT), v)
+        acc = acc * alpha[:, None] + pv
 
     if not PER_TOKEN_SCALE:
         acc = acc * tl.load(v_scale_ptr).to(tl.float32)
