@@ -3,7 +3,7 @@
 `verify.device.setup()` runs first, so Triton starts in its CPU interpreter
 when there is no GPU. `--tier cpu|gpu|long` (default from the device) selects
 which cases the suites hold, and tests marked `gpu` need the gpu or long tier.
-`--shard i/n` keeps every n-th test. Each test's RNG is seeded from its id.
+`--shard i/n` keeps the i-th of n contiguous slices. Each test's RNG is seeded from its id.
 """
 
 import os
@@ -40,9 +40,7 @@ def pytest_collection_modifyitems(config, items):
             # the marker, not the keywords: a parameter named "gpu" is no marker
             if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip_gpu)
-    index, count = _device.parse_shard(config.getoption("--shard"))
-    if count > 1:
-        items[:] = [it for k, it in enumerate(items) if k % count == index]
+    items[:] = _device.shard(items, config.getoption("--shard"))
 
 
 @pytest.fixture

@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
+
 from verify import cli, mutants
+from verify import device as _device
 
 CASE = "window2"  # decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass
 
@@ -49,6 +52,15 @@ def test_repro_rebuilds_a_case_from_its_id_alone(capsys):
     case_id = "decode-e4m3fnuz-tensor-b32-hq8-hkv1-d64-w5-L7_3-q2-plain-split"
     assert cli.main(["repro", case_id]) == 0
     assert case_id in capsys.readouterr().out
+
+
+def test_shards_are_contiguous_and_cover_every_case_once():
+    items = list(range(23))
+    parts = [_device.shard(items, f"{i}/4") for i in range(4)]
+    assert sum(parts, []) == items and {len(p) for p in parts} == {5, 6}
+    assert _device.shard(items, None) == items
+    with pytest.raises(ValueError, match="shard: expected 0 <= i < n"):
+        _device.shard(items, "4/4")
 
 
 def test_merge_joins_shards(tmp_path, capsys):

@@ -38,8 +38,7 @@ def _tier(args) -> str:
 
 def _selected(args, tier):
     jobs = runner.select(runner.jobs(tier), args.k)
-    index, count = _device.parse_shard(getattr(args, "shard", None))
-    return [j for n, j in enumerate(jobs) if n % count == index]
+    return _device.shard(jobs, getattr(args, "shard", None))
 
 
 def _emit(verdicts, meta, args) -> int:

@@ -73,3 +73,14 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     if not 0 <= i < n:
         raise ValueError(f"shard: expected 0 <= i < n, got {text!r}")
     return i, n
+
+
+def shard(items: list, text: str | None) -> list:
+    """The i-th of n contiguous slices of `items` ('i/n'; None keeps all).
+
+    Contiguous, not every n-th item: neighbouring cases share kernel
+    specializations, so parallel shards each compile their own few kernels
+    instead of all racing to compile every one of them on a cold cache.
+    """
+    i, n = parse_shard(text)
+    return items[i * len(items) // n:(i + 1) * len(items) // n]
