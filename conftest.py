@@ -26,11 +26,8 @@ def pytest_configure(config):
     tier = config.getoption("--tier") or _device.default_tier()
     config.quantfloor_tier = _device.check_tier(tier)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        _device.pin_worker(worker)
-        # the workers share the cores: more threads each only stall on hand-offs
-        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    if worker and worker.startswith("gw"):
+        _device.pin_worker(int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 def pytest_collection_modifyitems(config, items):

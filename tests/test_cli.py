@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from verify import cli, mutants
+from verify import cli, mutants, parallel, runner
 from verify import device as _device
 
 CASE = "window2"  # decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass
@@ -84,3 +84,27 @@ def test_mutants_prints_the_kill_matrix(capsys):
     out = capsys.readouterr().out
     assert "window-off-by-one" in out and "killed" in out
     assert out.strip().splitlines()[-1] == "ALL_KILLED (1 of 1 mutants)"
+
+
+def test_workers_judge_the_same_cases_as_one_process(tmp_path, capsys):
+    words = ["-k", "L0_1 q4 onepass"]
+    assert cli.main(["run", "--tier", "cpu", *words, "--json", str(tmp_path / "one.json")]) == 0
+    assert cli.main(["run", "--tier", "cpu", *words, "--workers", "2", "--json", str(tmp_path / "two.json")]) == 0
+    capsys.readouterr()
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text())["verdicts"] for n in ("one", "two"))
+    assert len(one) >= 2
+    assert [(v["case_id"], v["passed"], v["max_abs"]) for v in one] == \
+        [(v["case_id"], v["passed"], v["max_abs"]) for v in two]
+
+
+def test_a_worker_that_dies_leaves_its_jobs_failed(capsys):
+    jobs = [runner.Job("decode-onepass", "decode-not-a-case", None)]
+    (verdict,) = parallel.run(jobs, 1)
+    assert not verdict.passed and "worker 0 exited with code 1" in verdict.reasons[0]
+    with pytest.raises(ValueError, match="workers: expected an integer >= 1"):
+        parallel.run(jobs, 0)
+
+
+def test_every_job_rebuilds_from_its_id_in_its_suite():
+    for job in runner.jobs("cpu"):
+        assert runner.job_for_id(job.case_id).suite == job.suite

@@ -1,6 +1,6 @@
 """The `quantfloor` command line.
 
-    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--json PATH] [--md PATH]
+    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--json PATH] [--md PATH]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID
     quantfloor mutants [--tier T] [-k NAME]
@@ -22,7 +22,7 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import report, runner  # noqa: E402
+from verify import parallel, report, runner  # noqa: E402
 
 
 def _meta(args, tier: str) -> dict:
@@ -58,7 +58,10 @@ def cmd_run(args) -> int:
     jobs = _selected(args, tier)
     print(f"quantfloor run: {len(jobs)} cases, tier {tier}, device {_meta(args, tier)['device']}",
           file=sys.stderr, flush=True)
-    verdicts = runner.run(jobs, DEVICE)
+    if args.workers == 1:
+        verdicts = runner.run(jobs, DEVICE)
+    else:
+        verdicts = parallel.run(jobs, args.workers)
     return _emit(verdicts, _meta(args, tier), args)
 
 
@@ -110,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
 
     run = tiered("run", "judge every case of a tier; ALL_PASS or FAIL")
     run.add_argument("--shard", default=None, help="i/n: run the i-th of n slices")
+    run.add_argument("--workers", type=int, default=1,
+                     help="judge in this many processes, worker w on GPU w mod count (default 1)")
     for s in (run, sub.add_parser("merge", help="join JSON reports of shards")):
         s.add_argument("--json", default=None, help="write the JSON report here")
         s.add_argument("--md", default=None, help="write a markdown summary here")

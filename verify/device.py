@@ -51,10 +51,12 @@ def release_cached(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def pin_worker(worker: str) -> None:
-    """Pin an xdist worker ('gw3') to GPU (index mod device count)."""
-    if has_gpu() and worker.startswith("gw"):
-        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+def pin_worker(index: int, workers: int) -> None:
+    """Settle worker `index` of `workers` parallel processes: GPU (index mod device count), and
+    its share of the CPU cores (more threads each would only stall on hand-offs)."""
+    if has_gpu():
+        torch.cuda.set_device(index % torch.cuda.device_count())
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def seed_of(text: str) -> int:
