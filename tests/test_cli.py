@@ -1,6 +1,7 @@
 """The quantfloor command: ALL_PASS and exit 0 on a correct kernel, FAIL and non-zero on a broken one."""
 
 import json
+import re
 
 import pytest
 
@@ -103,6 +104,34 @@ def test_a_worker_that_dies_leaves_its_jobs_failed(capsys):
     assert not verdict.passed and "worker 0 exited with code 1" in verdict.reasons[0]
     with pytest.raises(ValueError, match="workers: expected an integer >= 1"):
         parallel.run(jobs, 0)
+
+
+
+def quick_fail(length: int) -> str:
+    """A case id that parses, then fails fast in the judge (a shuffled fp8 K needs D % 16 == 0):
+    a FAIL verdict, not a crash."""
+    return f"decode-e4m3fn-tensor-b16-hq8-hkv1-d8-w0-L{length}_0-q1-shuffled-onepass"
+
+
+def test_a_worker_takes_the_chunks_of_one_that_died(capsys):
+    """Chunk 2 kills whichever worker claims it; chunk 3 lies in the dead one's slice, so it is
+    judged only if the survivor walks on into that slice."""
+    n = parallel.CHUNK
+    ids = [quick_fail(i) for i in range(2 * n)] + [f"decode-not-a-case-{i}" for i in range(n)] + [quick_fail(99)]
+    jobs = [runner.Job("decode-onepass", i, None) for i in ids]
+    verdicts = parallel.run(jobs, 2)
+    for job, verdict in zip(jobs, verdicts):
+        if "-d8-" in job.case_id:
+            assert "raised ValueError" in verdict.reasons[0], verdict.reasons
+        else:
+            assert re.fullmatch(r"worker [01] exited with code 1 before judging it", verdict.reasons[0])
+
+
+def test_chunks_no_live_worker_claimed_fail_naming_the_exit_codes(capsys):
+    ids = [f"decode-not-a-case-{i}" for i in range(parallel.CHUNK + 1)]
+    verdicts = parallel.run([runner.Job("decode-onepass", i, None) for i in ids], 1)
+    assert verdicts[0].reasons[0] == "worker 0 exited with code 1 before judging it"
+    assert verdicts[-1].reasons[0] == "no worker was left to judge it (worker 0: 1)"
 
 
 def test_every_job_rebuilds_from_its_id_in_its_suite():

@@ -1,12 +1,16 @@
 """Judging jobs in worker processes (`quantfloor run --workers N`).
 
-Worker w of N is a spawned Python process. It takes the w-th contiguous slice
-of the jobs (neighbouring cases share kernel specializations, so each worker
-compiles its own few kernels), settles on GPU w mod device count with its
-share of the CPU cores, rebuilds each job from its case id and sends its
-verdicts back a batch at a time: only ids and verdicts cross between
-processes. A worker that dies leaves a FAIL verdict, naming its exit code,
-for every job it did not report. Verdicts come back in the order of the jobs.
+The jobs are cut into contiguous chunks of CHUNK. Worker w of N is a spawned
+Python process that starts at the first chunk of the w-th slice and walks on
+through the chunks (wrapping round), judging each chunk no other worker has
+claimed. Neighbouring cases share kernel specializations, so each worker
+compiles its own few kernels, and a worker that finishes its slice early takes
+chunks from the slices of slower ones. A worker settles on GPU w mod device
+count with its share of the CPU cores, rebuilds each job from its case id and
+sends its verdicts back a chunk at a time: only ids and verdicts cross between
+processes. A worker that dies leaves a FAIL verdict, naming its exit code, for
+every job of the chunk it held; chunks no live worker is left to claim fail
+the same way. Verdicts come back in the order of the jobs.
 """
 
 import multiprocessing
@@ -18,15 +22,30 @@ import time
 from verify import device as _device
 from verify import gate, runner
 
-BATCH = 16  # verdicts a worker sends at a time
+CHUNK = 16  # jobs a worker claims, judges and reports at a time
+UNCLAIMED = -1
 
 
-def _work(index: int, workers: int, ids: list, results) -> None:
+def _claim(owners, chunk: int, index: int) -> bool:
+    """Mark `chunk` as worker `index`'s; False when another worker holds it."""
+    with owners.get_lock():
+        if owners[chunk] != UNCLAIMED:
+            return False
+        owners[chunk] = index
+        return True
+
+
+def _work(index: int, workers: int, ids: list, owners, results) -> None:
     device = _device.setup()
     _device.pin_worker(index, workers)
+    chunks = len(owners)
+    first = index * chunks // workers
     with open(os.devnull, "w") as quiet:
-        for start in range(0, len(ids), BATCH):
-            jobs = [runner.job_for_id(case_id) for case_id in ids[start:start + BATCH]]
+        for step in range(chunks):
+            chunk = (first + step) % chunks
+            if not _claim(owners, chunk, index):
+                continue
+            jobs = [runner.job_for_id(case_id) for case_id in ids[chunk * CHUNK:(chunk + 1) * CHUNK]]
             results.put((index, runner.run(jobs, device, stream=quiet)))
     results.put((index, None))
 
@@ -38,9 +57,10 @@ def run(selected: list, workers: int, *, stream=sys.stderr) -> list:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    slices = [_device.shard(selected, f"{w}/{workers}") for w in range(workers)]
-    procs = [context.Process(target=_work, args=(w, workers, [j.case_id for j in part], results), daemon=True)
-             for w, part in enumerate(slices)]
+    owners = context.Array("i", [UNCLAIMED] * -(-len(selected) // CHUNK))
+    ids = [j.case_id for j in selected]
+    procs = [context.Process(target=_work, args=(w, workers, ids, owners, results), daemon=True)
+             for w in range(workers)]
     for proc in procs:
         proc.start()
     judged = {}
@@ -79,12 +99,14 @@ def run(selected: list, workers: int, *, stream=sys.stderr) -> list:
         if verdicts is not None:
             take(verdicts)
     line()
+    codes = ", ".join(f"worker {w}: {p.exitcode}" for w, p in enumerate(procs))
     out = []
-    for w, part in enumerate(slices):
-        for job in part:
-            verdict = judged.get((job.suite, job.case_id))
-            if verdict is None:
-                verdict = gate.failed(job.suite, job.case_id,
-                                      f"worker {w} exited with code {procs[w].exitcode} before judging it")
-            out.append(verdict)
+    for i, job in enumerate(selected):
+        verdict = judged.get((job.suite, job.case_id))
+        if verdict is None:
+            owner = owners[i // CHUNK]
+            why = (f"worker {owner} exited with code {procs[owner].exitcode} before judging it"
+                   if owner != UNCLAIMED else f"no worker was left to judge it ({codes})")
+            verdict = gate.failed(job.suite, job.case_id, why)
+        out.append(verdict)
     return out
