@@ -25,8 +25,8 @@ from cases import regressions
 @dataclass(frozen=True)
 class Mutant:
     """name; module: the module mutated; holder.attr: where the public entry reaches it, replaced
-    by the mutated module (or by its member `take`); old/new: the snippet with the fix and without;
-    regression: the case that must catch it."""
+    by the mutated module (or by its member `take`); old/new: the snippet with the fix and without.
+    The regression of the same name is the case that must catch it."""
 
     name: str
     module: str
@@ -34,7 +34,6 @@ class Mutant:
     attr: str
     old: str
     new: str
-    regression: str
     take: str | None = None
 
 
@@ -44,46 +43,42 @@ _KDA = "kernels.kda.api"
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
            "part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)",
-           "part = partition_size", "capped-partitions"),
+           "part = partition_size"),
     Mutant("two-streams", "kernels.paged_decode.workspace", _API, "_workspace",
            "return _STORES.setdefault((device.type, device.index, stream), {})",
-           "return _STORES.setdefault((device.type, device.index), {})", "two-streams"),
+           "return _STORES.setdefault((device.type, device.index), {})"),
     Mutant("head-churn", "kernels.paged_decode.workspace", _API, "_workspace",
            'fits = _fits(store, "ml", device, ml_numel) and _fits(store, "acc", device, acc_numel)',
-           'fits = _fits(store, "ml", device, ml_numel)', "head-churn"),
+           'fits = _fits(store, "ml", device, ml_numel)'),
     Mutant("shape-churn", "kernels.paged_decode.plan", _API, "_plan",
-           "p2=_next_pow2(n_part)", "p2=n_part", "shape-churn"),
+           "p2=_next_pow2(n_part)", "p2=n_part"),
     Mutant("nan-unused-v-slots", "kernels.paged_decode.partition", _API, "_partition",
-           "v_keep = key_ok[:, None]", "v_keep = page_ok[:, None]", "nan-unused-v-slots"),
+           "v_keep = key_ok[:, None]", "v_keep = page_ok[:, None]"),
     Mutant("empty-partitions", "kernels.paged_decode.reduce", _API, "_reduce",
-           "seen = l_j > 0", "seen = l_j == l_j", "empty-partitions"),
+           "seen = l_j > 0", "seen = l_j == l_j"),
     Mutant("cu-num-ignored", "kernels.arch", _API, "_arch",
-           'env = os.environ.get("CU_NUM")', "env = None", "cu-num-ignored"),
+           'env = os.environ.get("CU_NUM")', "env = None"),
     Mutant("v-scale-strides", _API, "kernels.paged_decode", "paged_attention_decode",
-           "*ks_st, *vs_st, *ws_strides,", "*ks_st, *ks_st, *ws_strides,", "v-scale-strides",
+           "*ks_st, *vs_st, *ws_strides,", "*ks_st, *ks_st, *ws_strides,",
            take="paged_attention_decode"),
     Mutant("reduce-batch-stride", "kernels.paged_decode.reduce", _API, "_reduce",
-           "ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head", "ws_base = kvh * ws_head",
-           "reduce-batch-stride"),
+           "ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head", "ws_base = kvh * ws_head"),
     Mutant("window-off-by-one", "kernels.paged_decode.partition", _API, "_partition",
-           "row_lo = tl.maximum(row_hi - window, 0)", "row_lo = tl.maximum(row_hi - window + 1, 0)",
-           "window-off-by-one"),
+           "row_lo = tl.maximum(row_hi - window, 0)", "row_lo = tl.maximum(row_hi - window + 1, 0)"),
     Mutant("graph-growth", "kernels.paged_decode.workspace", _API, "_workspace",
-           'store.setdefault("retired", []).append(old)', "pass", "graph-growth"),
+           'store.setdefault("retired", []).append(old)', "pass"),
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
-           "S = tl.zeros([K, BV], dtype=tl.float32)", "kda-zero-seeded-pass-c"),
+           "S = tl.zeros([K, BV], dtype=tl.float32)"),
     Mutant("kda-gate-cumsum-crosses-sequences", "kernels.kda.meta", _KDA, "_meta",
            "table.append((n, row, start, min(chunk, stop - start)))",
-           "table.append((n, row, start, min(chunk, seq_len - start)))", "kda-gate-cumsum-crosses-sequences"),
+           "table.append((n, row, start, min(chunk, seq_len - start)))"),
     Mutant("kda-paged-state-transposed", "kernels.kda.chunk", _KDA, "_chunk",
-           "cv[None, :] * cs2 + rk[:, None])", "cv[None, :] + rk[:, None] * cs2)", "kda-paged-state-transposed"),
+           "cv[None, :] * cs2 + rk[:, None])", "cv[None, :] + rk[:, None] * cs2)"),
     Mutant("kda-scan-order", "kernels.kda.chunk", _KDA, "_chunk",
-           'S = tl.dot(M, S, input_precision="tf32x3") + b', 'S = tl.dot(M, S + b, input_precision="tf32x3")',
-           "kda-scan-order"),
+           'S = tl.dot(M, S, input_precision="tf32x3") + b', 'S = tl.dot(M, S + b, input_precision="tf32x3")'),
     Mutant("kda-neighbour-chunk-tile", "kernels.kda.chunk", _KDA, "_chunk",
-           "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h",
-           "kda-neighbour-chunk-tile"),
+           "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h"),
 )
 
 
@@ -128,7 +123,7 @@ def applied(mutant: Mutant):
 
 
 def regression_of(mutant: Mutant):
-    return regressions.by_name(mutant.regression)
+    return regressions.by_name(mutant.name)
 
 
 @dataclass(frozen=True)
