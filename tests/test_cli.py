@@ -106,7 +106,6 @@ def test_a_worker_that_dies_leaves_its_jobs_failed(capsys):
         parallel.run(jobs, 0)
 
 
-
 def quick_fail(length: int) -> str:
     """A case id that parses, then fails fast in the judge (a shuffled fp8 K needs D % 16 == 0):
     a FAIL verdict, not a crash."""
