@@ -136,3 +136,31 @@ def test_chunks_no_live_worker_claimed_fail_naming_the_exit_codes(capsys):
 def test_every_job_rebuilds_from_its_id_in_its_suite():
     for job in runner.jobs("cpu"):
         assert runner.job_for_id(job.case_id).suite == job.suite
+
+
+def test_run_and_repro_with_a_planted_mutant(capsys):
+    case_id = mutants.regression_of(mutants.by_name("window-off-by-one")).case.id
+    for workers in ("1", "2"):  # two: each worker process plants it itself
+        assert cli.main(["run", "--tier", "cpu", "-k", CASE, "--mutant", "window-off-by-one",
+                         "--workers", workers]) == 1
+        assert _last_line(capsys) == "FAIL (1 of 1)"
+    assert cli.main(["repro", case_id, "--mutant", "window-off-by-one"]) == 1
+    assert "mutant  window-off-by-one" in capsys.readouterr().out
+    assert cli.main(["run", "--tier", "cpu", "-k", CASE, "--mutant", "no-such-mutant", "--workers", "2"]) == 2
+    assert "mutant: expected one of" in capsys.readouterr().err
+
+
+def test_shrink_prints_each_step_and_the_smallest_case_repro_line(capsys):
+    case_id = mutants.regression_of(mutants.by_name("window-off-by-one")).case.id
+    assert cli.main(["shrink", case_id, "--mutant", "window-off-by-one", "--max-evals", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].split()[:2] == ["original", "bound"] and lines[1].endswith(case_id)
+    assert lines[2].split()[:2] == ["smaller", "bound"]
+    assert "3 cases judged" in lines[-3] and "stopped at --max-evals 3" in lines[-3]
+    smallest = lines[-2].split()[1]
+    assert smallest != case_id and lines[-1] == f"repro    quantfloor repro {smallest} --mutant window-off-by-one"
+    assert cli.main(["repro", smallest, "--mutant", "window-off-by-one"]) == 1
+    assert cli.main(["repro", smallest]) == 0
+    capsys.readouterr()
+    assert cli.main(["shrink", case_id]) == 1
+    assert "passes: nothing to shrink" in _last_line(capsys)

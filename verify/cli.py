@@ -1,16 +1,21 @@
 """The `quantfloor` command line.
 
-    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--json PATH] [--md PATH]
+    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--mutant NAME] [--json PATH] [--md PATH]
     quantfloor cases [--tier T] [-k FILTER]
-    quantfloor repro CASE_ID
+    quantfloor repro CASE_ID [--mutant NAME]
+    quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
     quantfloor mutants [--tier T] [-k NAME]
     quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
 
 `run`, `mutants` and `merge` exit 0 only when everything passed (for
 `mutants`: every real path passes its case and every mutant fails it).
+`--mutant NAME` judges with that mutant of `verify.mutants` in place (one fix
+taken back), to see which cases catch it. `shrink` exits 0 when the case
+fails and it printed the smallest case that fails for the same reason.
 """
 
 import argparse
+import contextlib
 import platform
 import sys
 import time
@@ -22,18 +27,26 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import parallel, report, runner  # noqa: E402
+from verify import mutants, parallel, report, runner, shrink  # noqa: E402
 
 
 def _meta(args, tier: str) -> dict:
     name = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu (Triton interpreter)"
-    return {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+    meta = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "tier": tier, "command": " ".join(sys.argv),
             "shard": getattr(args, "shard", None) or "0/1"}
+    if getattr(args, "mutant", None):
+        meta["mutant"] = args.mutant
+    return meta
 
 
 def _tier(args) -> str:
     return _device.check_tier(args.tier or _device.default_tier())
+
+
+def _planted(name: str | None):
+    """The named mutant in place for the block (nothing when None)."""
+    return mutants.applied(mutants.by_name(name)) if name else contextlib.nullcontext()
 
 
 def _selected(args, tier):
@@ -56,12 +69,15 @@ def _emit(verdicts, meta, args) -> int:
 def cmd_run(args) -> int:
     tier = _tier(args)
     jobs = _selected(args, tier)
-    print(f"quantfloor run: {len(jobs)} cases, tier {tier}, device {_meta(args, tier)['device']}",
+    mutant = mutants.by_name(args.mutant) if args.mutant else None  # an unknown name stops here
+    planted = f", mutant {mutant.name} planted" if mutant else ""
+    print(f"quantfloor run: {len(jobs)} cases, tier {tier}, device {_meta(args, tier)['device']}{planted}",
           file=sys.stderr, flush=True)
     if args.workers == 1:
-        verdicts = runner.run(jobs, DEVICE)
+        with _planted(args.mutant):
+            verdicts = runner.run(jobs, DEVICE)
     else:
-        verdicts = parallel.run(jobs, args.workers)
+        verdicts = parallel.run(jobs, args.workers, mutant=args.mutant)
     return _emit(verdicts, _meta(args, tier), args)
 
 
@@ -74,8 +90,11 @@ def cmd_cases(args) -> int:
 def cmd_repro(args) -> int:
     job = runner.job_for_id(args.case_id)
     started = time.perf_counter()
-    verdict = job.judge(DEVICE)
+    with _planted(args.mutant):
+        verdict = job.judge(DEVICE)
     print(f"case    {verdict.case_id}\nsuite   {verdict.suite}\nverdict {'PASS' if verdict.passed else 'FAIL'}")
+    if args.mutant:
+        print(f"mutant  {args.mutant}")
     print(f"max abs {verdict.max_abs:.4g}   floor {verdict.floor:.4g}   err/floor {verdict.err_floor:.4g}   "
           f"rms ratio {verdict.rms_ratio:.3g}   {time.perf_counter() - started:.2f}s")
     for key, value in verdict.detail.items():
@@ -85,9 +104,38 @@ def cmd_repro(args) -> int:
     return 0 if verdict.passed else 1
 
 
-def cmd_mutants(args) -> int:
-    from verify import mutants
+def _ratio(verdict) -> str:
+    return "nan" if verdict.err_floor != verdict.err_floor else f"{verdict.err_floor:.4g}"
 
+
+def cmd_shrink(args) -> int:
+    started = time.perf_counter()
+    shown = []
+
+    def show(step):
+        if not shown:
+            print(f"{'':<9} {'reason':<14} {'err/floor':>10}  case")
+        label = "smaller" if shown else "original"
+        shown.append(step)
+        print(f"{label:<9} {step.reason or 'PASS':<14} {_ratio(step.verdict):>10}  {step.case_id}", flush=True)
+
+    with _planted(args.mutant):
+        result = shrink.shrink(args.case_id, DEVICE, max_evals=args.max_evals, on_step=show)
+    seconds = time.perf_counter() - started
+    if result.original.verdict.passed:
+        planted = f" with mutant {args.mutant}" if args.mutant else ""
+        print(f"{args.case_id} passes{planted}: nothing to shrink ({seconds:.1f}s)")
+        return 1
+    best = result.smallest
+    stop = f"stopped at --max-evals {args.max_evals}; it may shrink further" if result.capped \
+        else "no smaller move fails for the same reason"
+    print(f"{len(result.steps)} steps, {result.evaluations} cases judged, {seconds:.1f}s ({stop})")
+    print(f"smallest {best.case_id}  ({best.reason}, err/floor {_ratio(best.verdict)})")
+    print(f"repro    quantfloor repro {best.case_id}" + (f" --mutant {args.mutant}" if args.mutant else ""))
+    return 0
+
+
+def cmd_mutants(args) -> int:
     tier = _tier(args)
     rows = mutants.kill_matrix(tier, DEVICE, names=args.k.split() if args.k else None)
     print(mutants.format_kill_matrix(rows))
@@ -115,20 +163,28 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", default=None, help="i/n: run the i-th of n slices")
     run.add_argument("--workers", type=int, default=1,
                      help="judge in this many processes, worker w on GPU w mod count (default 1)")
+    mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
+    run.add_argument("--mutant", default=None, help=mutant_help)
     for s in (run, sub.add_parser("merge", help="join JSON reports of shards")):
         s.add_argument("--json", default=None, help="write the JSON report here")
         s.add_argument("--md", default=None, help="write a markdown summary here")
     sub.choices["merge"].add_argument("reports", nargs="+")
     tiered("cases", "list the case ids of a tier")
     tiered("mutants", "the kill matrix: every mutant must fail its case")
-    sub.add_parser("repro", help="run one case by id and show its errors").add_argument("case_id")
+    repro = sub.add_parser("repro", help="run one case by id and show its errors")
+    small = sub.add_parser("shrink", help="from a failing case, the smallest case that fails for the same reason")
+    for s in (repro, small):
+        s.add_argument("case_id")
+        s.add_argument("--mutant", default=None, help=mutant_help)
+    small.add_argument("--max-evals", type=int, default=shrink.MAX_EVALS,
+                       help=f"judge at most this many cases (default {shrink.MAX_EVALS})")
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     handler = {"run": cmd_run, "cases": cmd_cases, "repro": cmd_repro, "mutants": cmd_mutants,
-               "merge": cmd_merge}[args.command]
+               "merge": cmd_merge, "shrink": cmd_shrink}[args.command]
     try:
         return handler(args)
     except ValueError as exc:

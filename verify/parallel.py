@@ -8,11 +8,13 @@ compiles its own few kernels, and a worker that finishes its slice early takes
 chunks from the slices of slower ones. A worker settles on GPU w mod device
 count with its share of the CPU cores, rebuilds each job from its case id and
 sends its verdicts back a chunk at a time: only ids and verdicts cross between
-processes. A worker that dies leaves a FAIL verdict, naming its exit code, for
+processes (a planted mutant crosses by name, and each worker puts it in place
+itself). A worker that dies leaves a FAIL verdict, naming its exit code, for
 every job of the chunk it held; chunks no live worker is left to claim fail
 the same way. Verdicts come back in the order of the jobs.
 """
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -20,7 +22,7 @@ import sys
 import time
 
 from verify import device as _device
-from verify import gate, runner
+from verify import gate, mutants, runner
 
 CHUNK = 16  # jobs a worker claims, judges and reports at a time
 UNCLAIMED = -1
@@ -35,12 +37,13 @@ def _claim(owners, chunk: int, index: int) -> bool:
         return True
 
 
-def _work(index: int, workers: int, ids: list, owners, results) -> None:
+def _work(index: int, workers: int, ids: list, owners, results, mutant: str | None) -> None:
     device = _device.setup()
     _device.pin_worker(index, workers)
     chunks = len(owners)
     first = index * chunks // workers
-    with open(os.devnull, "w") as quiet:
+    planted = mutants.applied(mutants.by_name(mutant)) if mutant else contextlib.nullcontext()
+    with planted, open(os.devnull, "w") as quiet:
         for step in range(chunks):
             chunk = (first + step) % chunks
             if not _claim(owners, chunk, index):
@@ -50,16 +53,19 @@ def _work(index: int, workers: int, ids: list, owners, results) -> None:
     results.put((index, None))
 
 
-def run(selected: list, workers: int, *, stream=sys.stderr) -> list:
-    """Judge the `selected` jobs in `workers` processes; one progress line every
-    runner.PROGRESS_SECONDS and one at the end."""
+def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr) -> list:
+    """Judge the `selected` jobs in `workers` processes, each with the mutant named `mutant`
+    (verify.mutants) in place when one is; one progress line every runner.PROGRESS_SECONDS
+    and one at the end."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
+    if mutant is not None:
+        mutants.by_name(mutant)  # an unknown name is refused here, before any worker starts
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     owners = context.Array("i", [UNCLAIMED] * -(-len(selected) // CHUNK))
     ids = [j.case_id for j in selected]
-    procs = [context.Process(target=_work, args=(w, workers, ids, owners, results), daemon=True)
+    procs = [context.Process(target=_work, args=(w, workers, ids, owners, results, mutant), daemon=True)
              for w in range(workers)]
     for proc in procs:
         proc.start()
