@@ -87,10 +87,11 @@ def fp8_mode(dtype: torch.dtype, device: torch.device) -> int:
     return FP8_BITS_E4M3FN if fmt == "e4m3fn" else FP8_BITS_E4M3FNUZ
 
 
-def dot_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Operand dtype for tl.dot: `dtype` compiled, fp32 under the interpreter.
+def dot_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """Operand dtype for tl.dot on `device`: `dtype` compiled, fp32 under the interpreter.
 
     The interpreter stores bf16 as raw uint16 and multiplies the bit patterns,
-    so every bf16 operand is upcast there before arithmetic.
+    so every bf16 operand is upcast there before arithmetic; its dots then run
+    in fp32 whatever input_precision asks for.
     """
-    return torch.float32 if interpreting() else dtype
+    return torch.float32 if arch_name(device) == "cpu" else dtype

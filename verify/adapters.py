@@ -2,7 +2,9 @@
 
 An adapter takes a case and its built inputs, runs the kernel path the case
 names, and returns the outputs to judge. Scratch is poisoned with NaN before
-split calls, so a kernel that reads scratch it never wrote fails.
+split calls, so a kernel that reads scratch it never wrote fails. The
+`*_dot_dtype` functions pass on the operand dtype the kernel's dots take for a
+case on its device, which verify.floors rounds its same-precision operands to.
 """
 
 import os
@@ -74,6 +76,11 @@ def decode_call(inputs, *, path: str, workspace=None, out=None):
     return out
 
 
+def decode_dot_dtype(inputs) -> torch.dtype:
+    """The operand dtype of the decode kernel's dots for `inputs` on their device, as the kernel reports it."""
+    return paged_decode.dot_dtype(inputs.query.dtype, inputs.query.device)
+
+
 def decode(inputs) -> torch.Tensor:
     """Run a decode case through its path, scratch poisoned; returns the output."""
     store = None if inputs.case.path == "onepass" else poisoned_decode_store(inputs)
@@ -84,6 +91,11 @@ def _copy_strided(t: torch.Tensor) -> torch.Tensor:
     """A copy with the same strides (a padded stride(0) stays padded)."""
     copy = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
     return copy.copy_(t)
+
+
+def kda_dot_dtype(inputs) -> torch.dtype:
+    """The operand dtype of the KDA kernel's dots (both outputs) on the inputs' device, as it reports it."""
+    return kda_kernels.dot_dtype(inputs.q.device)
 
 
 def kda(inputs) -> tuple[dict, bool]:

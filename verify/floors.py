@@ -4,8 +4,12 @@ ref  : the float64 reference on the original, unquantized inputs;
 ref8 : the float64 reference on exactly the values the kernel sees;
 floor: fp8 caches: max|ref - ref8|, the error quantization alone makes;
        unquantized (bf16 caches, KDA): max|same-precision torch - ref8|, the
-       error a straightforward implementation at the input precision makes,
-       its output stored in the kernel's output dtype as the kernel's is.
+       error a straightforward implementation makes whose matrix-product
+       operands are rounded to the dtype the kernel's own dots take on this
+       device (as the kernel reports it through verify.adapters: bf16 on a
+       GPU, fp32 under the Triton interpreter), its output stored in the
+       kernel's output dtype as the kernel's is. A floor at a precision the
+       kernel does not compute in would let its errors pass unseen.
 """
 
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ import torch
 from reference import kda as ref_kda
 from reference import kda_chunked
 from reference import paged_decode as ref_decode
-from verify import tolerances
+from verify import adapters, tolerances
 from verify.metrics import compare
 
 
@@ -38,7 +42,8 @@ def decode(inputs) -> Judged:
     if case.cache == "bf16":
         other = ref_decode.paged_decode(inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables,
                                         inputs.seq_lens, k_scale=inputs.k_scale, v_scale=inputs.v_scale,
-                                        layout=case.layout, operand_dtype=torch.bfloat16, **common)
+                                        layout=case.layout, operand_dtype=adapters.decode_dot_dtype(inputs),
+                                        **common)
         other = other.to(inputs.out.dtype)  # a same-precision implementation stores its output in it too
         multiple = tolerances.SAME_PRECISION_MULTIPLE
     else:
@@ -56,11 +61,13 @@ def kda(inputs, outputs: dict) -> tuple[dict, dict, dict]:
     outputs: {"o": o, "state": final states} where "state" is the dense final
     state, or for a paged cache the slots the sequences wrote. ref8 is the
     float64 recurrence on the kernel's bf16 inputs; the floor of each output is
-    the error of the bf16-operand chunked torch implementation against it.
+    the error against it of the chunked torch implementation whose operands are
+    rounded to the kernel's dot dtype (both outputs come out of the same dots).
     """
     args = (inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta)
     ref_o, ref_state = ref_kda.naive_kda(*args, **inputs.kwargs)
-    low_o, low_state = kda_chunked.chunk_kda_torch(*args, operand_dtype=torch.bfloat16, **inputs.kwargs)
+    low_o, low_state = kda_chunked.chunk_kda_torch(*args, operand_dtype=adapters.kda_dot_dtype(inputs),
+                                                   **inputs.kwargs)
     refs = {"o": ref_o, "state": ref_state}
     lows = {"o": low_o.to(inputs.out.dtype), "state": low_state}  # its output stored in the kernel's dtype
     if "state_cache" in inputs.kwargs:

@@ -19,19 +19,36 @@ fp8 paths (floor = max|ref - ref8|, what fp8 quantization alone costs):
   the output, which on an H200 took 2 of 19,665 sampled cases past a quarter
   of a small floor (1.04x). P split in two bf16 terms brought them to 0.24x.
 
-Unquantized paths (bf16 cache, KDA; floor = error of a same-precision torch
-implementation against float64): the FlashAttention rule, at most a small
-multiple of what a straightforward implementation at the input precision
-loses. KDA runs a recurrence whose bf16 rounding compounds over chunks, and
-the kernels legitimately differ from the torch chunking in summation order, so
-it gets a slightly larger multiple, and a relative-RMS cap that a wrong
-recurrence (wrong state, wrong decay) cannot meet. On ill-conditioned inputs
-(correlated keys, rho 0.9 and 1, with beta near 1) the (I - L)^-1 solve
-amplifies bf16 rounding until the bf16-operand torch implementation itself
-sits above that cap (RMS ratio 0.0074 and 0.012 at T=130, K=64), so the cap
-rises to a multiple of the floor's own RMS ratio where that is larger. The
-kernels measured 0.80 and 0.90 of the floor's RMS ratio there; the recurrence
-mutants land hundreds of floors away.
+Unquantized paths (bf16 cache, KDA; floor = error against float64 of a
+same-precision torch implementation whose matrix-product operands take the
+dtype the kernel reports for its own dots on the device: bf16 compiled, fp32
+under the Triton interpreter; see verify.floors): the FlashAttention rule, at
+most a small multiple of what a straightforward implementation at the
+kernel's precision loses. KDA runs a recurrence whose bf16 rounding compounds
+over chunks, and the kernels legitimately differ from the torch chunking in
+summation order, so it gets a slightly larger multiple, and a relative-RMS
+cap that a wrong recurrence (wrong state, wrong decay) cannot meet. On
+ill-conditioned inputs (correlated keys, rho 0.9 and 1, with beta near 1)
+the (I - L)^-1 solve amplifies bf16 rounding until the bf16-operand torch
+implementation itself sits above that cap (RMS ratio 0.0074 and 0.012 at
+T=130, K=64), so the cap rises to a multiple of the floor's own RMS ratio
+where that is larger. The kernels measured 0.80 and 0.90 of the floor's RMS
+ratio there; the recurrence mutants land hundreds of floors away.
+
+Under the interpreter (fp32 dots, fp32-operand floors) no constant changed;
+measured on the CPU tier (74 KDA, 34 bf16-cache decode cases), all PASS:
+  bf16 outputs (decode out, KDA o): the floor is then little more than the
+  rounding of the store, half an ulp at the largest element, and the
+  interpreter's truncating store loses up to a whole one: decode measured up
+  to 4.4 floors, KDA o up to 3.9, inside the multiple plus the whole ulp that
+  INTERPRETER_STORE_ULPS grants (at most 0.52 of the bound).
+  fp32 KDA states: floors of 1e-8 to 4e-3 (bigvalues), 19 to 64,000 times
+  below the bf16-operand ones; the kernel measured 0 to 4.4 floors, at most
+  0.69 of the bound. The largest (log gate, sigmoid beta, L2 norm) comes from
+  transforms the kernel takes in fp32 and the floor's implementation from
+  float64; the two fp32 ulps of OUT_EPS hold it.
+  An in-kernel softplus written log(1 + exp(-|x|)) lost up to 1e-4 of small
+  gates to cancellation and a state 10 floors away; log1p-exact, 1.0 floor.
 """
 
 FP8_FLOOR_FRACTION = 0.25

@@ -1,5 +1,5 @@
 """FlashKDA: the chunked Kimi Delta Attention forward in Triton (entry: flash_kda_fwd)."""
 
-from kernels.kda.api import flash_kda_fwd
+from kernels.kda.api import dot_dtype, flash_kda_fwd
 
-__all__ = ["flash_kda_fwd"]
+__all__ = ["dot_dtype", "flash_kda_fwd"]

@@ -186,6 +186,17 @@ def _state_strides(x, v_first):
     return (s[0], s[1], s[3], s[2]) if v_first else s
 
 
+def dot_dtype(device: torch.device) -> torch.dtype:
+    """Operand dtype of the chunk walk's dots on `device`, whatever the input dtype.
+
+    Both outputs come out of those dots (o = qg S + Aqk U; S <- decay S + kg^T U,
+    with U = u - w S and S rounded to it as an operand), and w, u out of T = (I + Akk)^-1
+    rounded to it: bf16 compiled, fp32 under the Triton interpreter (whose dots are
+    fp32 whatever input_precision asks for).
+    """
+    return arch.dot_dtype(torch.bfloat16, device)
+
+
 def flash_kda_fwd(
     q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
     gate="log", A_log=None, dt_bias=None, lower_bound=None, beta_sigmoid=False, qk_l2norm=False,
@@ -240,7 +251,7 @@ def flash_kda_fwd(
         cps = _plan.chunks_per_segment(counts, heads, v_blocks, arch.cu_count(device))
     units, seg_off = _meta.unit_table(first, int(cps))
     nc, nu = len(table), len(units)
-    dot = arch.dot_dtype(torch.bfloat16)
+    dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
 
     chunk_meta = _meta.to_device(table, device)

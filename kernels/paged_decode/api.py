@@ -104,6 +104,16 @@ def _key_tile(head_dim: int) -> int:
     return 64 if head_dim <= 128 else 32
 
 
+def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """Operand dtype of the decode kernel's dots (q . k and P . v) for a query of `query_dtype` on `device`.
+
+    The query's dtype compiled (it holds the query, a cache of that dtype and every
+    fp8 value exactly; P, where it is narrower than fp32, enters as two terms of it),
+    fp32 under the Triton interpreter.
+    """
+    return _arch.dot_dtype(query_dtype, device)
+
+
 def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                            k_scale, v_scale, sliding_window, *, layout="shuffled", max_seq_len=None,
                            partition_size=256, force_split=None, workspace=None):
@@ -219,7 +229,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
             *ks_st, *vs_st, *ws_strides,
             NUM_KV_HEADS=num_kv_heads, BLOCK_SIZE=bs, BLOCK_N=_key_tile(head_dim),
             K_DX=kgeo["dx"], K_SX=kgeo["sx"], V_DX=vgeo["dx"], V_SX=vgeo["sx"],
-            FP8_MODE=fp8_mode, PER_TOKEN_SCALE=ks_tok, DOT=_TL[_arch.dot_dtype(query.dtype)],
+            FP8_MODE=fp8_mode, PER_TOKEN_SCALE=ks_tok, DOT=_TL[dot_dtype(query.dtype, device)],
             SPLIT=plan.split, num_warps=4, **common)
         if plan.split:
             _reduce.decode_reduce_kernel[(num_seqs, num_kv_heads)](
