@@ -54,7 +54,12 @@ def _gate(g, alog_ptr, dtb_ptr, h, cols, lower_bound, K: tl.constexpr, GATE: tl.
         rate = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
         x = g + tl.load(dtb_ptr + h * K + cols).to(tl.float32)[None, :]
         if GATE == 1:
-            softplus = tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x)))
+            # log1p(e) as log(u) * e / (u - 1), u = 1 + e (u - 1 is exact): log(1 + e) alone loses
+            # the bits of e that 1 + e rounds off, up to 1e-4 of a small softplus in fp32.
+            e = tl.exp(-tl.abs(x))
+            u = 1.0 + e
+            d = u - 1.0
+            softplus = tl.maximum(x, 0.0) + tl.where(d == 0.0, e, tl.log(u) * (e / tl.where(d == 0.0, 1.0, d)))
             out = -rate * softplus
         else:
             out = lower_bound / (1.0 + tl.exp(-rate * x))
