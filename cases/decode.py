@@ -3,11 +3,14 @@
 The id names every field, starts with the operator and ends with the kernel
 path, e.g. `decode-e4m3fnuz-token-b16-hq32-hkv8-d128-w4096-L4149_1384-q1-shuffled-split`.
 `DecodeCase.from_id` parses it back, and the RNG seed is derived from the id,
-so the id alone rebuilds the same tensors.
+so the id alone rebuilds the same tensors. A value distribution other than
+the default `gauss` is named after the layout
+(`...-q1-shuffled-peaked-split`); `cases.decode_values` defines them all.
 
 What `build` makes, adversarial by construction:
-- query and K/V drawn signed, with a few outlier channels and a per-token
-  magnitude spread (so per-token scales differ from token to token);
+- query and K/V drawn by the case's distribution; `gauss` draws them signed,
+  with a few outlier channels and a per-token magnitude spread (so per-token
+  scales differ from token to token);
 - block tables that are random permutations over a pool at least twice the
   blocks needed, with unused table columns pointing at random blocks;
 - the unused slots of used blocks, and every unused block, filled with the
@@ -22,6 +25,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from cases import decode_values
+from cases.decode_values import DISTS
 from reference import fp8, layouts
 
 CACHES = ("e4m3fn", "e4m3fnuz", "bf16")
@@ -32,7 +37,8 @@ _TORCH_CACHE = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz
 _ID = re.compile(
     r"decode-(?P<cache>e4m3fnuz|e4m3fn|bf16)-(?P<scales>tensor|token)-b(?P<block>\d+)-hq(?P<hq>\d+)"
     r"-hkv(?P<hkv>\d+)-d(?P<d>\d+)-w(?P<window>-?\d+)-L(?P<lens>\d+(?:_\d+)*)-q(?P<q>\d+)"
-    r"-(?P<layout>shuffled|plain)(?:-p(?P<partition>\d+))?(?:-cu(?P<cu>\d+))?(?:-(?P<tag>[a-z0-9]+))?"
+    r"-(?P<layout>shuffled|plain)(?:-(?P<dist>" + "|".join(DISTS[1:]) + r"))?"
+    r"(?:-p(?P<partition>\d+))?(?:-cu(?P<cu>\d+))?(?:-(?P<tag>[a-z0-9]+))?"
     r"-(?P<path>onepass|split|auto)"
 )
 
@@ -43,7 +49,9 @@ class DecodeCase:
 
     lens: sequence lengths (the batch); q: query tokens per sequence (MTP);
     partition: split-K partition size; cu: CU_NUM for the call (0 = the
-    device's own); tag: a name for adversarial or regression cases.
+    device's own); tag: a name for adversarial or regression cases (never a
+    distribution's name, which the id could not tell apart); dist: the value
+    distribution (cases.decode_values.DISTS).
     """
 
     cache: str
@@ -60,11 +68,15 @@ class DecodeCase:
     partition: int = 256
     cu: int = 0
     tag: str = ""
+    dist: str = "gauss"
 
     def __post_init__(self):
         if self.cache not in CACHES or self.scales not in SCALES or self.layout not in LAYOUTS \
                 or self.path not in PATHS:
             raise ValueError(f"DecodeCase: unknown cache/scales/layout/path in {self}")
+        if self.dist not in DISTS or self.tag in DISTS:
+            raise ValueError(f"DecodeCase: expected dist in {DISTS} and a tag that is not one, "
+                             f"got dist={self.dist!r}, tag={self.tag!r}")
         if self.hq % self.hkv or not self.lens or min(self.lens) < 0:
             raise ValueError(f"DecodeCase: expected Hq % Hkv == 0 and lengths >= 0, got {self}")
 
@@ -72,6 +84,8 @@ class DecodeCase:
     def id(self) -> str:
         parts = [f"decode-{self.cache}-{self.scales}-b{self.block}-hq{self.hq}-hkv{self.hkv}-d{self.d}",
                  f"w{self.window}", "L" + "_".join(map(str, self.lens)), f"q{self.q}", self.layout]
+        if self.dist != "gauss":
+            parts.append(self.dist)
         if self.partition != 256:
             parts.append(f"p{self.partition}")
         if self.cu:
@@ -136,23 +150,12 @@ class DecodeInputs:
     empty_rows: torch.Tensor
 
 
-def _signed_values(gen, shape, token_dims: int) -> torch.Tensor:
-    """Gaussian values with a few outlier channels and a per-token magnitude spread."""
-    x = torch.randn(shape, generator=gen)
-    d = shape[-1]
-    channel = torch.ones(d)
-    channel[torch.randperm(d, generator=gen)[: max(1, d // 32)]] = 6.0
-    token_shape = shape[:token_dims] + (1,) * (len(shape) - token_dims)
-    x *= torch.exp(0.5 * torch.randn(token_shape, generator=gen)) * channel
-    return x
-
-
 def _pool_values(gen, used: torch.Tensor, shape, device) -> torch.Tensor:
     """Values for a block pool of `shape` on `device`: drawn for the blocks in use, zero in the
     others (whose slots are poisoned anyway, so drawing them would only cost time)."""
     live = used.any(1).nonzero()[:, 0]
     x = torch.zeros(shape, device=device)
-    x[live.to(device)] = _signed_values(gen, (len(live),) + tuple(shape[1:]), 3).to(device)
+    x[live.to(device)] = decode_values.gauss_values(gen, (len(live),) + tuple(shape[1:]), 3).to(device)
     return x
 
 
@@ -183,10 +186,24 @@ def _poison_codes(codes: torch.Tensor, used: torch.Tensor, cache: str) -> torch.
     return torch.where(mask, torch.full_like(codes, nan), codes)
 
 
-def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool):
-    """(logical cache values in the kernel dtype, scale tensor) with unused slots poisoned."""
+def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool, scale=None):
+    """(logical cache values in the kernel dtype, scale tensor) with unused slots poisoned.
+
+    scale None: fp8 takes the amax scale, bf16 a drawn per-token scale (or 1 per tensor);
+    a given scale ([1] or per-token [nb, Hkv, bs]) stores values / scale, fp8 saturating.
+    """
     nb, bs, hkv, _ = values.shape
-    if case.cache == "bf16":
+    if scale is not None:
+        scale = scale.float().to(values.device)
+        per_elem = scale.permute(0, 2, 1)[..., None] if scale.numel() > 1 else scale.reshape(())
+        clean = torch.where(used[:, :, None, None], values, torch.zeros_like(values)).double()
+        if case.cache == "bf16":
+            stored = _poison_codes((clean / per_elem.double()).to(torch.bfloat16), used, "bf16")
+        else:
+            codes = fp8.encode(clean / per_elem.double(), case.cache)
+            stored = _poison_codes(codes, used, case.cache).view(case.cache_dtype)
+        scale = scale.reshape(1) if scale.numel() == 1 else scale
+    elif case.cache == "bf16":
         if case.scales == "token":
             scale = torch.exp(0.3 * torch.randn(nb, hkv, bs, generator=gen)).float().to(values.device)
             stored = (values / scale.permute(0, 2, 1)[..., None]).to(torch.bfloat16)
@@ -216,13 +233,20 @@ def build(case: DecodeCase, device, seed: int) -> DecodeInputs:
     lens = case.lens
     tables, pool, used = _block_tables(gen, lens, case.block)
     shape = (pool, case.block, case.hkv, case.d)
-    k = _pool_values(gen, used, shape, device)
-    v = _pool_values(gen, used, shape, device)
     q_shape = (len(lens), case.q, case.hq, case.d)
-    query_original = _signed_values(gen, q_shape, 3) * 0.5
-    used = used.to(device)
-    k_stored, k_scale = _quantize(k, used, case, gen, per_token_transposed=False)
-    v_stored, v_scale = _quantize(v, used, case, gen, per_token_transposed=True)
+    if case.dist == "gauss":
+        k = _pool_values(gen, used, shape, device)
+        v = _pool_values(gen, used, shape, device)
+        query_original = decode_values.gauss_values(gen, q_shape, 3) * 0.5
+        used = used.to(device)
+        k_stored, k_scale = _quantize(k, used, case, gen, per_token_transposed=False)
+        v_stored, v_scale = _quantize(v, used, case, gen, per_token_transposed=True)
+    else:
+        drawn = decode_values.draw(case, gen, tables, used, shape, q_shape)
+        k, v, query_original = drawn.k.to(device), drawn.v.to(device), drawn.query
+        keep = drawn.keep.to(device)
+        k_stored, k_scale = _quantize(k, keep, case, gen, per_token_transposed=False, scale=drawn.k_scale)
+        v_stored, v_scale = _quantize(v, keep, case, gen, per_token_transposed=True, scale=drawn.v_scale)
     key_cache = layouts.pack_k(k_stored, case.layout)
     value_cache = layouts.pack_v(v_stored, case.layout)
     query = query_original.to(torch.bfloat16)

@@ -1,16 +1,30 @@
 """The declared decode matrix, and its cut per tier.
 
 Factors: cache dtype x scales x block x heads (Hq, Hkv) x D x window x layout
-x length x Q. The CPU tier runs an all-pairs covering array of it, the GPU
-tiers the whole product; each row runs through every kernel path (one-pass;
-split forced, planned for a 256-CU part; auto, with the device's own CU
-count). Lengths are named relative to the block and the window (`w-1`,
-`bs+1`, ...) and resolved per row; each case holds a second, shorter sequence
-so that per-sequence indexing is always exercised.
+x length x Q x value distribution (cases.decode_values). Each row runs through
+every kernel path (one-pass; split forced, planned for a 256-CU part; auto,
+with the device's own CU count). Lengths are named relative to the block and
+the window (`w-1`, `bs+1`, ...) and resolved per row; each case holds a
+second, shorter sequence so that per-sequence indexing is always exercised.
+
+The CPU tier runs an all-pairs covering array of all the factors, so every
+distribution meets every value of every other factor. The GPU tiers run the
+whole product of the other factors with `gauss` values, and for each other
+distribution the all-pairs cut of the other factors with that distribution
+fixed: every (distribution, factor value, factor value) triple, at about 36
+rows a distribution instead of 15,000.
+
+One pair is undefined and left out (`defined`): subnormal values in a bf16
+cache. bf16 has no codes that are subnormal under a scale, and its own
+subnormals (below 2^-126) load as zero under the Triton interpreter (triton
+3.x), so no CPU run could judge them.
 """
+
+import functools
 
 from cases import matrix
 from cases.decode import PATHS, DecodeCase
+from cases.decode_values import DISTS
 
 FACTORS = {
     "cache": ("e4m3fn", "e4m3fnuz", "bf16"),
@@ -22,7 +36,10 @@ FACTORS = {
     "layout": ("shuffled", "plain"),
     "length": ("0", "1", "bs-1", "bs", "bs+1", "w-1", "w", "w+1", "long"),
     "q": (1, 2, 4),
+    "dist": DISTS,
 }
+# The factors the GPU tiers take whole, every row with gauss values.
+SHAPE_FACTORS = {name: values for name, values in FACTORS.items() if name != "dist"}
 
 # Forced-split cases plan for this many CUs (a 256-CU part), so long contexts
 # run 4 to 32 partitions on every device, the interpreter's single "CU" included.
@@ -46,21 +63,44 @@ def resolve_length(name: str, block: int, window: int, tier: str) -> int:
     return int(name)
 
 
+def defined(row: dict) -> bool:
+    """False for the one undefined pair: subnormal values in a bf16 cache (module docstring)."""
+    return not (row.get("dist") == "subnormal" and row["cache"] == "bf16")
+
+
 def _case(row: dict, tier: str, path: str) -> DecodeCase:
     length = resolve_length(row["length"], row["block"], row["window"], tier)
     hq, hkv = row["heads"]
     return DecodeCase(cache=row["cache"], scales=row["scales"], block=row["block"], hq=hq, hkv=hkv,
                       d=row["d"], window=row["window"], lens=(length, length // 3 + 1), q=row["q"],
-                      layout=row["layout"], path=path, cu=SPLIT_CU if path == "split" else 0)
+                      layout=row["layout"], path=path, cu=SPLIT_CU if path == "split" else 0,
+                      dist=row["dist"])
+
+
+def matrix_rows(tier: str) -> list[dict]:
+    """The rows of a tier (module docstring), each with every factor of FACTORS."""
+    if tier == "cpu":
+        return [dict(row) for row in _cpu_rows()]
+    rows = [dict(row, dist="gauss") for row in matrix.product(SHAPE_FACTORS)]
+    for dist in DISTS[1:]:
+        caches = tuple(c for c in FACTORS["cache"] if defined({"cache": c, "dist": dist}))
+        rows += [dict(row, dist=dist) for row in matrix.all_pairs(dict(SHAPE_FACTORS, cache=caches))]
+    return rows
+
+
+@functools.cache
+def _cpu_rows() -> tuple:
+    """The CPU tier's all-pairs rows, made once per process (the constraint walks the product)."""
+    return tuple(matrix.all_pairs(FACTORS, constraint=defined))
 
 
 def decode_matrix(tier: str) -> list[DecodeCase]:
-    """The matrix cases of a tier: all pairs on cpu, the whole product on gpu/long, x every path.
+    """The matrix cases of a tier (the rows of `matrix_rows`) x every path.
 
     Named lengths can resolve alike (with W = 1, `w-1` and `w` are lengths 0 and
     1), so a case is kept once, at its first row.
     """
-    rows = matrix.all_pairs(FACTORS) if tier == "cpu" else matrix.product(FACTORS)
+    rows = matrix_rows(tier)
     cases = {}
     for row in rows:
         for path in PATHS:

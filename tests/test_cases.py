@@ -1,5 +1,8 @@
 """Case ids are stable and parse back; the same id builds the same tensors; builders are adversarial."""
 
+import hashlib
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -17,6 +20,54 @@ def test_every_decode_id_parses_back_to_its_case():
     for reg in regressions.ALL:
         if reg.case is not None:
             assert type(reg.case).from_id(reg.case.id) == reg.case
+
+
+@pytest.mark.parametrize("dist", decode_cases.DISTS)
+def test_every_distribution_round_trips_through_its_id(dist):
+    base = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 1, 64, 0, (5, 3), 1, "shuffled", "split", dist=dist)
+    for case in (base, replace(base, partition=64), replace(base, cu=256, tag="edge"),
+                 replace(base, partition=32, cu=7, tag="x1")):
+        assert decode_cases.DecodeCase.from_id(case.id) == case
+        # the distribution sits right after the layout; gauss, the default, is not written
+        assert ("-shuffled-" + dist + "-" in case.id) == (dist != "gauss")
+    assert base.id == ("decode-e4m3fn-token-b16-hq8-hkv1-d64-w0-L5_3-q1-shuffled-split" if dist == "gauss"
+                       else f"decode-e4m3fn-token-b16-hq8-hkv1-d64-w0-L5_3-q1-shuffled-{dist}-split")
+
+
+def test_a_tag_or_dist_the_id_could_not_tell_apart_is_refused():
+    with pytest.raises(ValueError, match="a tag that is not one"):
+        decode_cases.DecodeCase("bf16", "tensor", 16, 8, 1, 64, 0, (5, 3), 1, "plain", "onepass", tag="flat")
+    with pytest.raises(ValueError, match="expected dist in"):
+        decode_cases.DecodeCase("bf16", "tensor", 16, 8, 1, 64, 0, (5, 3), 1, "plain", "onepass", dist="uniform")
+    # a distribution's name in the tag's place (after -p) parses as a tag, which is refused
+    with pytest.raises(ValueError, match="a tag that is not one"):
+        decode_cases.DecodeCase.from_id("decode-bf16-tensor-b16-hq8-hkv1-d64-w0-L5_3-q1-plain-p64-flat-onepass")
+
+
+# Digests of gauss cases' tensors, taken before value distributions existed:
+# the default distribution must draw exactly what it always drew.
+GAUSS_DIGESTS = {
+    "decode-e4m3fnuz-token-b16-hq8-hkv2-d64-w5-L17_1-q2-shuffled-onepass": "bb79f1e9b365d60e",
+    "decode-bf16-token-b32-hq32-hkv8-d128-w0-L70_24-q1-plain-cu256-split": "f74e10efb41e407f",
+    "decode-e4m3fn-tensor-b16-hq8-hkv1-d64-w1024-L1100_367-q4-shuffled-auto": "3929fbeca8bba183",
+}
+
+
+def _digest(inputs) -> str:
+    h = hashlib.sha256()
+    for t in (inputs.query, inputs.query_original, inputs.original_k, inputs.original_v, inputs.key_cache,
+              inputs.value_cache, inputs.k_scale, inputs.v_scale, inputs.block_tables):
+        t = t.detach().cpu().contiguous()
+        h.update(t.view(torch.int16 if t.dtype == torch.bfloat16 else torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("case_id", sorted(GAUSS_DIGESTS))
+def test_gauss_cases_build_the_tensors_they_always_built(case_id):
+    case = decode_cases.DecodeCase.from_id(case_id)
+    assert case.dist == "gauss"
+    inputs = decode_cases.build(case, torch.device("cpu"), seed_of(case_id))
+    assert _digest(inputs) == GAUSS_DIGESTS[case_id]
 
 
 def test_every_kda_id_parses_back_to_its_case():

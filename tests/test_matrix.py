@@ -1,5 +1,6 @@
-"""Declared matrices: the full product and the pairwise covering array."""
+"""Declared matrices: the full product and the pairwise covering array, and the decode matrix's tiers."""
 
+import hashlib
 import math
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cases.decode_matrix import DISTS, FACTORS, SHAPE_FACTORS, decode_matrix, defined, matrix_rows, resolve_length
 from cases.matrix import all_pairs, covers_all_pairs, product
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,3 +200,52 @@ def test_bad_constraint_and_rows_are_named():
         covers_all_pairs([row], SMALL)
     with pytest.raises(ValueError, match=r"rows\[0\]: expected a dict with keys"):
         covers_all_pairs([{"fmt": "fn"}], SMALL)
+
+
+# The decode matrix with its value distributions (cases.decode_matrix).
+
+# sha256 of the gpu tier's ids, in order, as listed before value distributions
+# existed (66,096 cases): its gauss cases must be exactly these.
+GPU_TIER_BEFORE_DISTS = "7f669b798d1812286dc5e6092adf8f38abd6fb9d6a9c9d7efc5caf1630099de3"
+
+
+def _factor_value(case, name):
+    """The value of matrix factor `name` a decode case holds (its length as a token count)."""
+    if name == "heads":
+        return (case.hq, case.hkv)
+    if name == "length":
+        return case.lens[0]
+    return getattr(case, name)
+
+
+def test_cpu_tier_pairs_every_distribution_with_every_factor_value():
+    cases = decode_matrix("cpu")
+    seen = {(case.dist, name, _factor_value(case, name)) for case in cases for name in FACTORS if name != "dist"}
+    for dist in FACTORS["dist"]:
+        for name, values in FACTORS.items():
+            if name in ("dist", "length"):
+                continue
+            for value in values:
+                expected = defined({"cache": value if name == "cache" else "e4m3fn", "dist": dist})
+                assert ((dist, name, value) in seen) == expected, (dist, name, value)
+        # a named length resolves per row: some case of the distribution has it for its block and window
+        for length in FACTORS["length"]:
+            assert any(case.dist == dist and case.lens[0] == resolve_length(length, case.block, case.window, "cpu")
+                       for case in cases), (dist, length)
+    assert not any(case.dist == "subnormal" and case.cache == "bf16" for case in cases)
+
+
+def test_gpu_tier_is_the_old_product_plus_every_distribution():
+    cases = decode_matrix("gpu")
+    gauss = [case.id for case in cases if case.dist == "gauss"]
+    assert len(gauss) == 66096
+    assert hashlib.sha256("\n".join(gauss).encode()).hexdigest() == GPU_TIER_BEFORE_DISTS
+    assert [case.id for case in cases[:len(gauss)]] == gauss, "the old product comes first, in its order"
+    rows = matrix_rows("gpu")
+    for dist in DISTS[1:]:
+        cut = [{k: v for k, v in row.items() if k != "dist"} for row in rows if row["dist"] == dist]
+        allowed = lambda row, dist=dist: defined(dict(row, dist=dist))  # noqa: E731
+        # every pair of the other factors, so every (dist, value, value) triple the pair allows
+        assert covers_all_pairs(cut, SHAPE_FACTORS, allowed), dist
+        assert 9 * 4 <= len(cut) < 60
+        assert sum(case.dist == dist for case in cases) >= 3 * len(cut) - 12
