@@ -76,6 +76,30 @@ DECODE_REGRESSIONS = (
                "the scratch grown after a CUDA graph was captured freed the buffer the graph "
                "still wrote to",
                probe="graph_growth", gpu=True),
+    Regression("fp8-subnormals-flushed",
+               "the fp8 bit decoder flushed exponent-0 codes to zero, harmless while subnormal codes "
+               "are rare (gauss values) and fatal when the scale makes most codes subnormal",
+               case=_decode(cache="e4m3fnuz", scales="tensor", dist="subnormal", tag="subflush")),
+    Regression("running-max-from-zero",
+               "the running max started at 0 instead of -inf, so a row whose scores are all about "
+               "-1e4 summed exp(s - 0) = 0 and came back zero",
+               case=_decode(dist="hugelogit", tag="maxzero")),
+    Regression("running-max-frozen",
+               "the running max was set by the first key tile and never raised, exact by shift "
+               "invariance until a later key led it by more than 88 and exp overflowed",
+               case=_decode(lens=(700, 300), q=2, dist="peaked", tag="frozenmax")),
+    Regression("accumulator-fp16",
+               "the P.V accumulator was kept in fp16 between key tiles; with a flat softmax over "
+               "hundreds of keys it sums their fp8 codes past 65504 and overflows",
+               case=_decode(scales="tensor", lens=(600, 200), dist="flat", tag="acc16")),
+    Regression("cache-through-fp16",
+               "a 16-bit cache tile was upcast through fp16, exact for every fp8 code and ordinary "
+               "bf16 value, inf for bf16 values past fp16's 65504",
+               case=_decode(cache="bf16", scales="tensor", dist="saturate", tag="fp16cache")),
+    Regression("k-scale-folded-fp16",
+               "per-token K scales were folded into the key tile in fp16 before the dot, which "
+               "overflows once a token's scale passes 65504 / 448 (about 146)",
+               case=_decode(dist="scalespread", tag="kscale16")),
 )
 
 
@@ -96,6 +120,29 @@ KDA_REGRESSIONS = (
     Regression("kda-neighbour-chunk-tile",
                "the chunk walk read a workspace tile of the neighbouring chunk",
                case=KdaCase(h=2, dim=64, b=1, t=130, state="dense", schedule="unsegmented")),
+    Regression("kda-log-gate-clamped-below-zero",
+               "the log gate was clamped to at most -1e-3 (a guard against positive log-decays set "
+               "too far), so a log-decay of exactly 0 decayed; every other case's lies below -5e-3",
+               case=KdaCase(h=1, dim=64, b=1, t=200, state="dense", tag="nodecay", schedule="segmented2")),
+    Regression("kda-l2norm-without-epsilon",
+               "the in-kernel L2 norm masked padding rows instead of adding its epsilon, so an "
+               "all-zero key row became 0 / 0 = NaN",
+               case=KdaCase(h=1, dim=64, b=1, t=130, l2norm=True, state="dense", tag="zerokey",
+                            schedule="unsegmented")),
+    Regression("kda-beta-sigmoid-overflow",
+               "the in-kernel sigmoid of beta was written e^x / (1 + e^x): inf / inf = NaN once e^x "
+               "overflows fp32 (x > 88.7), where beta is exactly 1",
+               case=KdaCase(h=1, dim=64, b=1, t=130, beta_sigmoid=True, tag="beta01", schedule="segmented1")),
+    Regression("kda-v-staged-in-fp16",
+               "K1 upcast v through fp16, exact for ordinary bf16 values and inf for those past 65504",
+               case=KdaCase(h=1, dim=64, b=1, t=130, state="dense", tag="bigvalues", schedule="unsegmented")),
+    Regression("kda-slow-decay-flushed",
+               "log-decays within 2^-10 of 0 (a decay that rounds to 1 in bf16) were skipped, which "
+               "only a slow gate's state notices, many chunks and segments later",
+               case=KdaCase(h=1, dim=64, b=1, t=260, state="dense", tag="slowdecay", schedule="segmented2")),
+    Regression("kda-fp16-read-as-bf16",
+               "K1 read the 16-bit words of q as bf16: exact for bf16 inputs, garbage for float16 ones",
+               case=KdaCase(h=1, dim=64, b=1, t=130, dtype="f16", state="dense", schedule="segmented1")),
 )
 
 ALL = DECODE_REGRESSIONS + KDA_REGRESSIONS

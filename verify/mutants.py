@@ -39,6 +39,8 @@ class Mutant:
 
 _API = "kernels.paged_decode.api"
 _KDA = "kernels.kda.api"
+# The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
+_KS_LOAD = "ks = tl.load(k_scale_ptr + page * ks_blk + kvh * ks_head + slot * ks_slot, mask=key_ok, other=0.0)\n"
 
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
@@ -67,6 +69,30 @@ MUTANTS = (
            "row_lo = tl.maximum(row_hi - window, 0)", "row_lo = tl.maximum(row_hi - window + 1, 0)"),
     Mutant("graph-growth", "kernels.paged_decode.workspace", _API, "_workspace",
            'store.setdefault("retired", []).append(old)', "pass"),
+    Mutant("fp8-subnormals-flushed", "kernels.paged_decode.partition", _API, "_partition",
+           "value = tl.where(exponent == 0, sub, normal.to(tl.float32, bitcast=True))",
+           "value = tl.where(exponent == 0, 0.0, normal.to(tl.float32, bitcast=True))"),
+    Mutant("running-max-from-zero", "kernels.paged_decode.partition", _API, "_partition",
+           'm_i = tl.full([M_PAD], float("-inf"), tl.float32)', "m_i = tl.zeros([M_PAD], tl.float32)"),
+    Mutant("running-max-frozen", "kernels.paged_decode.partition", _API, "_partition",
+           "m_new = tl.maximum(m_i, tl.max(s, axis=1))",
+           'm_new = tl.where(m_i == float("-inf"), tl.max(s, axis=1), m_i)'),
+    Mutant("accumulator-fp16", "kernels.paged_decode.partition", _API, "_partition",
+           "acc = acc * alpha[:, None] + pv", "acc = (acc * alpha[:, None] + pv).to(tl.float16).to(tl.float32)"),
+    Mutant("cache-through-fp16", "kernels.paged_decode.partition", _API, "_partition",
+           "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)"),
+    Mutant("k-scale-folded-fp16", "kernels.paged_decode.partition", _API, "_partition",
+           "        k = to_f32(k, FP8_MODE).to(DOT)\n"
+           "        s = tl.dot(q, k) * qk_scale\n"
+           "        if PER_TOKEN_SCALE:\n"
+           "            " + _KS_LOAD +
+           "            s = s * ks[None, :]\n",
+           "        if PER_TOKEN_SCALE:\n"
+           "            " + _KS_LOAD +
+           "            k = (to_f32(k, FP8_MODE) * ks[None, :]).to(tl.float16)\n"
+           "            s = tl.dot(q.to(tl.float32).to(tl.float16), k) * qk_scale\n"
+           "        else:\n"
+           "            s = tl.dot(q, to_f32(k, FP8_MODE).to(DOT)) * qk_scale\n"),
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
            "S = tl.zeros([K, BV], dtype=tl.float32)"),
@@ -79,6 +105,23 @@ MUTANTS = (
            'S = tl.dot(M, S, input_precision="tf32x3") + b', 'S = tl.dot(M, S + b, input_precision="tf32x3")'),
     Mutant("kda-neighbour-chunk-tile", "kernels.kda.chunk", _KDA, "_chunk",
            "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h"),
+    Mutant("kda-log-gate-clamped-below-zero", "kernels.kda.prepare", _KDA, "_prepare",
+           "        out = g\n", "        out = tl.minimum(g, -1e-3)\n"),
+    Mutant("kda-l2norm-without-epsilon", "kernels.kda.prepare", _KDA, "_prepare",
+           "k = k / tl.sqrt(tl.sum(k * k, 1) + 1e-6)[:, None]",
+           "k = tl.where(valid[:, None], k / tl.sqrt(tl.sum(k * k, 1))[:, None], 0.0)"),
+    Mutant("kda-beta-sigmoid-overflow", "kernels.kda.prepare", _KDA, "_prepare",
+           "beta = 1.0 / (1.0 + tl.exp(-beta))", "beta = tl.exp(beta) / (1.0 + tl.exp(beta))"),
+    Mutant("kda-v-staged-in-fp16", "kernels.kda.prepare", _KDA, "_prepare",
+           "mask=valid[:, None], other=0.0).to(tl.float32)\n    w = tl.dot",
+           "mask=valid[:, None], other=0.0).to(tl.float16).to(tl.float32)\n    w = tl.dot"),
+    Mutant("kda-slow-decay-flushed", "kernels.kda.prepare", _KDA, "_prepare",
+           "        out = g\n", "        out = tl.where(g > -0.0009765625, 0.0, g)\n"),
+    Mutant("kda-fp16-read-as-bf16", "kernels.kda.prepare", _KDA, "_prepare",
+           "q = tl.load(q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h + ck[None, :],\n"
+           "                mask=valid[:, None], other=0.0).to(tl.float32)",
+           "q = tl.load(q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h + ck[None, :],\n"
+           "                mask=valid[:, None], other=0.0).to(tl.bfloat16, bitcast=True).to(tl.float32)"),
 )
 
 
