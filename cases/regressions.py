@@ -86,7 +86,8 @@ DECODE_REGRESSIONS = (
                case=_decode(dist="hugelogit", tag="maxzero")),
     Regression("running-max-frozen",
                "the running max was set by the first key tile and never raised, exact by shift "
-               "invariance until a later key led it by more than 88 and exp overflowed",
+               "invariance until a later key led it by more than 88 and exp overflowed (on a GPU, whose "
+               "tiles at D 256 hold 32 keys, 5 of 216 long gauss cases sampled also reach that lead)",
                case=_decode(lens=(700, 300), q=2, dist="peaked", tag="frozenmax")),
     Regression("accumulator-fp16",
                "the P.V accumulator was kept in fp16 between key tiles; with a flat softmax over "
