@@ -6,7 +6,7 @@ import torch
 from cases import decode as decode_cases
 from kernels.paged_decode import paged_attention_decode
 from kernels.paged_decode import plan as decode_plan
-from kernels.paged_decode import workspace
+from kernels.paged_decode import validate, workspace
 from verify import adapters, floors, gate
 
 
@@ -21,9 +21,16 @@ def _call(inputs, **changes):
                 block_tables=inputs.block_tables, seq_lens=inputs.seq_lens, scale=inputs.scale,
                 k_scale=inputs.k_scale, v_scale=inputs.v_scale, sliding_window=0)
     kwargs = {k: changes.pop(k) for k in list(changes) if k in ("layout", "max_seq_len", "partition_size",
-                                                                   "force_split", "workspace")}
+                                                                   "force_split", "workspace", "validate")}
     args.update(changes)
     return paged_attention_decode(*args.values(), **kwargs)
+
+
+def _table_entry(inputs, row, col, value):
+    """block_tables with one entry replaced."""
+    tables = inputs.block_tables.clone()
+    tables[row, col] = value
+    return tables
 
 
 @pytest.mark.parametrize("change, argument, fragment", [
@@ -46,6 +53,16 @@ def _call(inputs, **changes):
     (lambda i: {"max_seq_len": -1}, "max_seq_len", "host int"),
     (lambda i: {"force_split": "yes"}, "force_split", "None, True or False"),
     (lambda i: {"workspace": [1]}, "workspace", "a dict"),
+    (lambda i: {"scale": float("nan")}, "scale", "finite number > 0"),
+    (lambda i: {"scale": float("inf")}, "scale", "finite number > 0"),
+    (lambda i: {"scale": 0.0}, "scale", "finite number > 0"),
+    (lambda i: {"scale": -0.125}, "scale", "finite number > 0"),
+    (lambda i: {"validate": "yes"}, "validate", "None, True or False"),
+    (lambda i: {"block_tables": _table_entry(i, 0, 2, i.key_cache.shape[0])}, "block_tables", "block ids in [0, "),
+    (lambda i: {"block_tables": _table_entry(i, 1, 0, -1)}, "block_tables", "got -1 at [1, 0]"),
+    (lambda i: {"seq_lens": i.seq_lens + 16 * i.block_tables.shape[1]}, "seq_lens", "block_tables width"),
+    (lambda i: {"seq_lens": i.seq_lens - 10}, "seq_lens", "lengths >= 0"),
+    (lambda i: {"max_seq_len": 20}, "max_seq_len", "seq_lens[0] = 40"),
 ])
 def test_bad_arguments_are_named(inputs, change, argument, fragment):
     with pytest.raises((TypeError, ValueError)) as err:
@@ -129,3 +146,22 @@ def test_seq_len_zero_everywhere_gives_zeros(device):
     inputs = decode_cases.build(case, device, 3)
     out = adapters.decode(inputs)
     assert torch.equal(out.float(), torch.zeros_like(out.float()))
+
+
+def test_blocks_before_the_window_may_hold_any_id(inputs):
+    """A window releases the blocks before it: their table entries are never read, nor checked."""
+    want = _call(inputs, sliding_window=8, validate=True).clone()
+    released = _table_entry(inputs, 0, 0, -7)  # keys 0..15 of a 40-key sequence lie before its window of 8
+    got = _call(inputs, out=torch.full_like(inputs.out, float("nan")), block_tables=released, sliding_window=8,
+                validate=True)
+    assert torch.equal(got, want)
+
+
+def test_device_checks_are_opt_in_on_a_gpu_and_always_on_under_the_interpreter(monkeypatch):
+    monkeypatch.setattr(validate.arch, "interpreting", lambda: True)
+    assert validate.wanted(False) and validate.wanted(None)
+    monkeypatch.setattr(validate.arch, "interpreting", lambda: False)
+    monkeypatch.delenv("QUANTFLOOR_VALIDATE", raising=False)
+    assert not validate.wanted(None) and not validate.wanted(False) and validate.wanted(True)
+    monkeypatch.setenv("QUANTFLOOR_VALIDATE", "1")
+    assert validate.wanted(None) and not validate.wanted(False)

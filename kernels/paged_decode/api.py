@@ -9,6 +9,7 @@ dequantized from the cache. Rows that see no key, and sequences of length 0,
 give zeros.
 """
 
+import math
 from contextlib import nullcontext
 
 import torch
@@ -18,6 +19,7 @@ from kernels import arch as _arch
 from kernels.paged_decode import partition as _partition
 from kernels.paged_decode import plan as _plan
 from kernels.paged_decode import reduce as _reduce
+from kernels.paged_decode import validate as _validate
 from kernels.paged_decode import workspace as _workspace
 
 _QUERY_DTYPES = (torch.bfloat16, torch.float16)
@@ -116,7 +118,7 @@ def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                            k_scale, v_scale, sliding_window, *, layout="shuffled", max_seq_len=None,
-                           partition_size=256, force_split=None, workspace=None):
+                           partition_size=256, force_split=None, workspace=None, validate=None):
     """Windowed paged decode attention over an fp8 (or bf16/fp16) KV cache; writes and returns `out`.
 
     query        [num_seqs, Hq, D] or [num_seqs, Q, Hq, D] (MTP), bf16 or fp16, last dim contiguous
@@ -132,6 +134,9 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     partition_size, force_split  split-K: keys per partition (a multiple of block_size, grown when the
                  partition count is capped); force_split True/False overrides the auto gate
     workspace    None (the per-device, per-stream scratch) or a caller-owned dict
+    validate     check block ids and lengths against the cache, the table and max_seq_len on the host
+                 (a device sync): True/False; None follows QUANTFLOOR_VALIDATE=1. Always on under the
+                 Triton interpreter. scale is checked on every call (finite and > 0).
     """
     _check_tensor("query", query, _QUERY_DTYPES, (3, 4))
     q4 = query if query.dim() == 4 else query.unsqueeze(1)
@@ -180,6 +185,8 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         raise ValueError(f"block_tables: expected contiguous rows, got strides {tuple(block_tables.stride())}")
     if not isinstance(scale, (int, float)) or isinstance(scale, bool):
         raise TypeError(f"scale: expected a float, got {type(scale).__name__}")
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
     if not isinstance(sliding_window, int) or isinstance(sliding_window, bool):
         raise TypeError(f"sliding_window: expected an int (<= 0 for full attention), got {sliding_window!r}")
     if max_seq_len is None:
@@ -196,6 +203,9 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     vs, vs_tok, vs_st = _scale_args("v_scale", v_scale, device, nb, num_kv_heads, bs)
     if ks_tok != vs_tok:
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
+    if _validate.wanted(validate):
+        _validate.check_tables(block_tables, seq_lens, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len,
+                               window=sliding_window, num_queries=num_q)
     if num_seqs == 0:
         return out
 
