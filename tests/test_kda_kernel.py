@@ -287,6 +287,15 @@ def _bad_cases():
         ("out", dict(base, out=torch.empty(1, 8, 1, 64, device=DEVICE)), TypeError),
         ("workspace", dict(base, workspace=[]), TypeError),
         ("output_final_state", dict(base, output_final_state=1), TypeError),
+        ("scale", dict(base, scale=float("nan")), ValueError),
+        ("scale", dict(base, scale=float("inf")), ValueError),
+        ("scale", dict(base, scale=0.0), ValueError),
+        ("scale", dict(base, scale=-1.0), ValueError),
+        ("scale", dict(base, scale="0.125"), TypeError),
+        ("cu_seqlens", dict(base, cu_seqlens=torch.tensor([0, 3, 9], device=DEVICE)), ValueError),
+        ("state_indices", dict(base, state_cache=torch.zeros(2, 1, 64, 64, device=DEVICE),
+                               state_indices=torch.tensor([-1], device=DEVICE),
+                               has_initial_state=torch.tensor([True], device=DEVICE)), ValueError),
     ]
     return cases
 

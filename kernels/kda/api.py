@@ -222,6 +222,8 @@ def flash_kda_fwd(
         scale = dim_k**-0.5
     elif not isinstance(scale, Real) or isinstance(scale, bool):
         raise TypeError(f"scale: expected a real number or None, got {type(scale).__name__}")
+    elif not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: expected a finite number > 0 or None, got {scale!r}")
     for name, flag in (("output_final_state", output_final_state), ("beta_sigmoid", beta_sigmoid),
                        ("qk_l2norm", qk_l2norm), ("state_v_first", state_v_first)):
         _check_bool(name, flag)
