@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from verify import cli, mutants, parallel, runner
+from cases import decode as decode_cases
+from verify import cli, mutants, parallel, report, runner
 from verify import device as _device
 
 CASE = "window2"  # decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass
@@ -164,3 +165,33 @@ def test_shrink_prints_each_step_and_the_smallest_case_repro_line(capsys):
     capsys.readouterr()
     assert cli.main(["shrink", case_id]) == 1
     assert "passes: nothing to shrink" in _last_line(capsys)
+
+
+def test_a_killed_run_keeps_its_report_and_resume_judges_only_what_it_lacks(tmp_path, capsys, monkeypatch):
+    words = "L0_1 q4"
+    path = tmp_path / "r.json"
+    assert cli.main(["run", "--tier", "cpu", "-k", words, "--json", str(tmp_path / "whole.json")]) == 0
+    whole = [v["case_id"] for v in json.loads((tmp_path / "whole.json").read_text())["verdicts"]]
+    assert len(whole) >= 3
+    monkeypatch.setattr(report, "LIVE_SECONDS", 0.0)  # rewrite the report after every verdict
+    real = runner.case_verdict
+    calls = []
+
+    def killed_at_the_third(case, device):
+        calls.append(case.id)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the run is stopped from outside, as a time limit would
+        return real(case, device)
+
+    monkeypatch.setattr(runner, "case_verdict", killed_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["run", "--tier", "cpu", "-k", words, "--json", str(path)])
+    assert [v["case_id"] for v in json.loads(path.read_text())["verdicts"]] == whole[:2]
+    monkeypatch.setattr(runner, "case_verdict", real)
+    judged = []
+    monkeypatch.setattr(runner, "run", lambda jobs, device, **kw: judged.extend(j.case_id for j in jobs)
+                        or [real(decode_cases.DecodeCase.from_id(j.case_id), device) for j in jobs])
+    assert cli.main(["run", "--tier", "cpu", "-k", words, "--resume", str(path)]) == 0
+    assert judged == whole[2:]
+    assert [v["case_id"] for v in json.loads(path.read_text())["verdicts"]] == whole
+    assert "2 already judged" in capsys.readouterr().err

@@ -1,12 +1,16 @@
 """The `quantfloor` command line.
 
     quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--mutant NAME] [--json PATH] [--md PATH]
+                   [--resume REPORT.json]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID [--mutant NAME]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
     quantfloor mutants [--tier T] [-k NAME]
     quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
 
+`run --json` rewrites its report as verdicts come (at most every
+report.LIVE_SECONDS), so a run that is killed keeps what it judged, and
+`run --resume REPORT.json` judges only the cases that report lacks.
 `run`, `mutants` and `merge` exit 0 only when everything passed (for
 `mutants`: every real path passes its case and every mutant fails it).
 `--mutant NAME` judges with that mutant of `verify.mutants` in place (one fix
@@ -19,6 +23,7 @@ import contextlib
 import platform
 import sys
 import time
+from pathlib import Path
 
 from verify import device as _device
 
@@ -66,19 +71,36 @@ def _emit(verdicts, meta, args) -> int:
     return 0 if line.startswith("ALL_PASS") else 1
 
 
+def _resumed(path, jobs) -> dict:
+    """{(suite, case id): verdict} of an earlier report at `path` for the selected jobs
+    (none when there is no such file yet)."""
+    if path is None or not Path(path).exists():
+        return {}
+    wanted = {(j.suite, j.case_id) for j in jobs}
+    return {(v.suite, v.case_id): v for v in report.read_json(path)[1] if (v.suite, v.case_id) in wanted}
+
+
 def cmd_run(args) -> int:
     tier = _tier(args)
     jobs = _selected(args, tier)
     mutant = mutants.by_name(args.mutant) if args.mutant else None  # an unknown name stops here
+    args.json = args.json or args.resume
+    kept = _resumed(args.resume, jobs)
+    todo = [j for j in jobs if (j.suite, j.case_id) not in kept]
+    meta = _meta(args, tier)
     planted = f", mutant {mutant.name} planted" if mutant else ""
-    print(f"quantfloor run: {len(jobs)} cases, tier {tier}, device {_meta(args, tier)['device']}{planted}",
+    resumed = f", {len(kept)} already judged in {args.resume}" if args.resume else ""
+    print(f"quantfloor run: {len(jobs)} cases{resumed}, tier {tier}, device {meta['device']}{planted}",
           file=sys.stderr, flush=True)
+    live = report.LiveReport(args.json, meta, kept.values()) if args.json else None
+    on_verdict = live.add if live else None
     if args.workers == 1:
         with _planted(args.mutant):
-            verdicts = runner.run(jobs, DEVICE)
+            new = runner.run(todo, DEVICE, on_verdict=on_verdict)
     else:
-        verdicts = parallel.run(jobs, args.workers, mutant=args.mutant)
-    return _emit(verdicts, _meta(args, tier), args)
+        new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict)
+    judged = {**kept, **{(v.suite, v.case_id): v for v in new}}
+    return _emit([judged[(j.suite, j.case_id)] for j in jobs], meta, args)
 
 
 def cmd_cases(args) -> int:
@@ -165,6 +187,9 @@ def parser() -> argparse.ArgumentParser:
                      help="judge in this many processes, worker w on GPU w mod count (default 1)")
     mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
     run.add_argument("--mutant", default=None, help=mutant_help)
+    run.add_argument("--resume", default=None, metavar="REPORT.json",
+                     help="judge only the cases this report lacks, and write the whole report there "
+                          "(or to --json); the report is kept current while a run goes")
     for s in (run, sub.add_parser("merge", help="join JSON reports of shards")):
         s.add_argument("--json", default=None, help="write the JSON report here")
         s.add_argument("--md", default=None, help="write a markdown summary here")

@@ -53,10 +53,10 @@ def _work(index: int, workers: int, ids: list, owners, results, mutant: str | No
     results.put((index, None))
 
 
-def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr) -> list:
+def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr, on_verdict=None) -> list:
     """Judge the `selected` jobs in `workers` processes, each with the mutant named `mutant`
     (verify.mutants) in place when one is; one progress line every runner.PROGRESS_SECONDS
-    and one at the end."""
+    and one at the end. `on_verdict` sees each verdict as its chunk comes back."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
     if mutant is not None:
@@ -75,6 +75,8 @@ def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.s
     def take(verdicts):
         for v in verdicts:
             judged[(v.suite, v.case_id)] = v
+            if on_verdict is not None:
+                on_verdict(v)
 
     def line():
         fails = sum(not v.passed for v in judged.values())

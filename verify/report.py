@@ -23,6 +23,7 @@ N > 0 cases ran and all passed, else `FAIL (k of N)`.
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -131,6 +132,28 @@ def write_json(path: str | os.PathLike, verdicts: list[Verdict], meta: dict) -> 
     partial = path.with_name(path.name + ".partial")
     partial.write_text(text)
     os.replace(partial, path)
+
+
+LIVE_SECONDS = 10.0  # a run's JSON report is rewritten at most this often while it runs
+
+
+class LiveReport:
+    """A run's JSON report kept current while it runs: `add` each verdict as it comes, and the
+    file is replaced whole (write_json) at most every `seconds`, so a killed run loses at most
+    that much of its judging and `quantfloor run --resume` can take it from there. `kept`: the
+    verdicts of an earlier report that this run goes on from."""
+
+    def __init__(self, path, meta: dict, kept=(), seconds: float | None = None):
+        self.path, self.meta = path, meta
+        self.seconds = LIVE_SECONDS if seconds is None else seconds
+        self.verdicts = list(kept)
+        self.written = time.monotonic()
+
+    def add(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        if time.monotonic() - self.written >= self.seconds:
+            write_json(self.path, self.verdicts, self.meta)
+            self.written = time.monotonic()
 
 
 def read_json(path: str | os.PathLike) -> tuple[dict, list[Verdict]]:

@@ -134,9 +134,9 @@ def select(all_jobs: list[Job], pattern: str | None) -> list[Job]:
 PROGRESS_SECONDS = 30.0
 
 
-def run(selected: list[Job], device, *, stream=sys.stderr) -> list[Verdict]:
+def run(selected: list[Job], device, *, stream=sys.stderr, on_verdict=None) -> list[Verdict]:
     """Judge each job; a line per suite as it completes, and one every PROGRESS_SECONDS
-    within a long suite (done/total, failures so far)."""
+    within a long suite (done/total, failures so far). `on_verdict` sees each verdict as it comes."""
     verdicts = []
     totals = {}
     for job in selected:
@@ -162,6 +162,8 @@ def run(selected: list[Job], device, *, stream=sys.stderr) -> list[Verdict]:
             verdict = gate.failed(job.suite, job.case_id, f"raised {type(exc).__name__}: {exc}", t0,
                                   traceback=detail)
         verdicts.append(verdict)
+        if on_verdict is not None:
+            on_verdict(verdict)
         count += 1
         fails += not verdict.passed
         if time.perf_counter() - shown >= PROGRESS_SECONDS and count < totals[current]:
