@@ -74,11 +74,13 @@ def test_merge_joins_shards(tmp_path, capsys):
     assert _last_line(capsys).startswith("ALL_PASS")
 
 
-def test_gpu_tier_without_a_gpu_is_refused(capsys, device):
-    if device.type != "cpu":
-        return
-    assert cli.main(["cases", "--tier", "gpu"]) == 2
-    assert "tier: 'gpu' needs a GPU" in capsys.readouterr().err
+def test_the_gpu_tier_is_listed_anywhere_and_judged_only_with_a_gpu(capsys, device):
+    assert cli.main(["cases", "--tier", "gpu", "-k", "hugelogit d256"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed and all("hugelogit" in line and "-d256-" in line for line in listed)
+    if device.type == "cpu":
+        assert cli.main(["run", "--tier", "gpu", "-k", "hugelogit d256"]) == 2
+        assert "tier: 'gpu' needs a GPU" in capsys.readouterr().err
 
 
 def test_mutants_prints_the_kill_matrix(capsys):

@@ -45,8 +45,8 @@ def _meta(args, tier: str) -> dict:
     return meta
 
 
-def _tier(args) -> str:
-    return _device.check_tier(args.tier or _device.default_tier())
+def _tier(args, judged: bool = True) -> str:
+    return _device.check_tier(args.tier or _device.default_tier(), judged=judged)
 
 
 def _planted(name: str | None):
@@ -104,7 +104,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_cases(args) -> int:
-    for job in _selected(args, _tier(args)):
+    for job in _selected(args, _tier(args, judged=False)):  # listing needs no GPU: plan shards anywhere
         print(f"{job.suite:<16} {job.case_id}")
     return 0
 

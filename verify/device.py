@@ -29,10 +29,12 @@ def default_tier() -> str:
     return "gpu" if has_gpu() else "cpu"
 
 
-def check_tier(tier: str) -> str:
+def check_tier(tier: str, *, judged: bool = True) -> str:
+    """The tier name, checked; a tier whose cases are to be judged (judged=True) and needs a GPU
+    is refused on a machine without one, while its case list can be made anywhere."""
     if tier not in TIERS:
         raise ValueError(f"tier: expected one of {TIERS}, got {tier!r}")
-    if tier != "cpu" and not has_gpu():
+    if judged and tier != "cpu" and not has_gpu():
         raise ValueError(f"tier: {tier!r} needs a GPU; this machine has none (use 'cpu')")
     return tier
 
