@@ -197,3 +197,6 @@ def test_a_killed_run_keeps_its_report_and_resume_judges_only_what_it_lacks(tmp_
     assert judged == whole[2:]
     assert [v["case_id"] for v in json.loads(path.read_text())["verdicts"]] == whole
     assert "2 already judged" in capsys.readouterr().err
+    path.write_text("not a report")
+    assert cli.main(["run", "--tier", "cpu", "-k", words, "--resume", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("quantfloor: --resume: expected a report")

@@ -77,7 +77,11 @@ def _resumed(path, jobs) -> dict:
     if path is None or not Path(path).exists():
         return {}
     wanted = {(j.suite, j.case_id) for j in jobs}
-    return {(v.suite, v.case_id): v for v in report.read_json(path)[1] if (v.suite, v.case_id) in wanted}
+    try:
+        earlier = report.read_json(path)[1]
+    except ValueError as exc:  # not JSON, or not a report
+        raise ValueError(f"--resume: expected a report written by quantfloor run --json, got {exc}") from None
+    return {(v.suite, v.case_id): v for v in earlier if (v.suite, v.case_id) in wanted}
 
 
 def cmd_run(args) -> int:
