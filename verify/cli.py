@@ -1,14 +1,17 @@
 """The `quantfloor` command line.
 
-    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--mutant NAME] [--json PATH] [--md PATH]
-                   [--resume REPORT.json]
+    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--timeout S] [--mutant NAME]
+                   [--json PATH] [--md PATH] [--resume REPORT.json]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID [--mutant NAME]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
-    quantfloor mutants [--tier T] [-k NAME]
+    quantfloor mutants [--tier T] [-k NAME] [--workers N] [--timeout S]
     quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
 
-`run --json` rewrites its report as verdicts come (at most every
+`run` and `mutants` judge every case in an isolated worker process under a
+time limit scaled to its size (verify.parallel): a case whose kernel crashes
+its process or never returns fails with that reason, and a fresh worker
+goes on. `run --json` rewrites its report as verdicts come (at most every
 report.LIVE_SECONDS), so a run that is killed keeps what it judged, and
 `run --resume REPORT.json` judges only the cases that report lacks.
 `run`, `mutants` and `merge` exit 0 only when everything passed (for
@@ -98,11 +101,7 @@ def cmd_run(args) -> int:
           file=sys.stderr, flush=True)
     live = report.LiveReport(args.json, meta, kept.values()) if args.json else None
     on_verdict = live.add if live else None
-    if args.workers == 1:
-        with _planted(args.mutant):
-            new = runner.run(todo, DEVICE, on_verdict=on_verdict)
-    else:
-        new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict)
+    new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict, timeout_base=args.timeout)
     judged = {**kept, **{(v.suite, v.case_id): v for v in new}}
     return _emit([judged[(j.suite, j.case_id)] for j in jobs], meta, args)
 
@@ -163,7 +162,8 @@ def cmd_shrink(args) -> int:
 
 def cmd_mutants(args) -> int:
     tier = _tier(args)
-    rows = mutants.kill_matrix(tier, DEVICE, names=args.k.split() if args.k else None)
+    rows = mutants.kill_matrix(tier, names=args.k.split() if args.k else None, workers=args.workers,
+                               timeout_base=args.timeout)
     print(mutants.format_kill_matrix(rows))
     ok = bool(rows) and all(r.killed for r in rows)
     print(f"{'ALL_KILLED' if ok else 'NOT_ALL_KILLED'} ({sum(r.killed for r in rows)} of {len(rows)} mutants)")
@@ -187,8 +187,13 @@ def parser() -> argparse.ArgumentParser:
 
     run = tiered("run", "judge every case of a tier; ALL_PASS or FAIL")
     run.add_argument("--shard", default=None, help="i/n: run the i-th of n slices")
-    run.add_argument("--workers", type=int, default=1,
-                     help="judge in this many processes, worker w on GPU w mod count (default 1)")
+    kill = tiered("mutants", "the kill matrix: every mutant must fail its case")
+    for s in (run, kill):
+        s.add_argument("--workers", type=int, default=1,
+                       help="judge in this many isolated processes, worker w on GPU w mod count (default 1)")
+        s.add_argument("--timeout", type=float, default=runner.TIMEOUT_BASE_S, metavar="SECONDS",
+                       help="seconds each case may take on top of what its size predicts; a case past "
+                            f"its limit fails, timed out (default {runner.TIMEOUT_BASE_S:.0f})")
     mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
     run.add_argument("--mutant", default=None, help=mutant_help)
     run.add_argument("--resume", default=None, metavar="REPORT.json",
@@ -199,7 +204,6 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--md", default=None, help="write a markdown summary here")
     sub.choices["merge"].add_argument("reports", nargs="+")
     tiered("cases", "list the case ids of a tier")
-    tiered("mutants", "the kill matrix: every mutant must fail its case")
     repro = sub.add_parser("repro", help="run one case by id and show its errors")
     small = sub.add_parser("shrink", help="from a failing case, the smallest case that fails for the same reason")
     for s in (repro, small):
