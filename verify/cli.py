@@ -7,6 +7,7 @@
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
     quantfloor mutants [--tier T] [-k NAME] [--workers N] [--timeout S]
     quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
+    quantfloor sanitize [--tier T] [-k WORDS] [--tool memcheck,racecheck,initcheck,synccheck]
 
 `run` and `mutants` judge every case in an isolated worker process under a
 time limit scaled to its size (verify.parallel): a case whose kernel crashes
@@ -24,6 +25,7 @@ fails and it printed the smallest case that fails for the same reason.
 import argparse
 import contextlib
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -35,7 +37,7 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import mutants, parallel, report, runner, shrink  # noqa: E402
+from verify import mutants, parallel, report, runner, sanitize, shrink  # noqa: E402
 
 
 def _meta(args, tier: str) -> dict:
@@ -170,6 +172,39 @@ def cmd_mutants(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_sanitize(args) -> int:
+    tools = [t.strip() for t in args.tool.split(",") if t.strip()]
+    unknown = [t for t in tools if t not in sanitize.TOOLS]
+    if unknown or not tools:
+        print(f"quantfloor: --tool: expected a comma list of {', '.join(sanitize.TOOLS)}, got {args.tool!r}",
+              file=sys.stderr)
+        return 2
+    if DEVICE.type != "cuda":
+        print("quantfloor sanitize: needs an NVIDIA GPU; this machine has none", file=sys.stderr)
+        return 2
+    if shutil.which(sanitize.SANITIZER) is None:
+        print(f"quantfloor sanitize: {sanitize.SANITIZER} is not on PATH (it comes with the CUDA toolkit)",
+              file=sys.stderr)
+        return 2
+    ids = sanitize.sample(_tier(args), args.k)
+    print(f"quantfloor sanitize: {len(ids)} cases, tools {', '.join(tools)}, device {_meta(args, '')['device']}",
+          flush=True)
+    results = []
+    for tool in tools:
+        result = sanitize.run_tool(tool, ids)
+        for case_id, found in result.errors.items():
+            for headline in found:
+                print(f"{tool:<10} {case_id}: {headline}")
+        for case_id in result.crashed:
+            print(f"{tool:<10} {case_id}: its process died under the tool")
+        print(f"{tool}: {len(ids)} cases, {result.count} errors", flush=True)
+        results.append(result)
+    total = sum(r.count for r in results)
+    print(f"{'SANITIZE_CLEAN' if total == 0 else 'SANITIZE_ERRORS'} ({total} errors, {len(tools)} tools, "
+          f"{len(ids)} cases)")
+    return 0 if total == 0 else 1
+
+
 def cmd_merge(args) -> int:
     meta, verdicts = report.merge(args.reports)
     return _emit(verdicts, meta, args)
@@ -204,6 +239,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--md", default=None, help="write a markdown summary here")
     sub.choices["merge"].add_argument("reports", nargs="+")
     tiered("cases", "list the case ids of a tier")
+    clean = tiered("sanitize", "a sample of the cases under NVIDIA compute-sanitizer, errors per tool and case")
+    clean.add_argument("--tool", default=",".join(sanitize.TOOLS),
+                       help=f"comma list of compute-sanitizer tools (default {','.join(sanitize.TOOLS)})")
     repro = sub.add_parser("repro", help="run one case by id and show its errors")
     small = sub.add_parser("shrink", help="from a failing case, the smallest case that fails for the same reason")
     for s in (repro, small):
@@ -217,6 +255,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     handler = {"run": cmd_run, "cases": cmd_cases, "repro": cmd_repro, "mutants": cmd_mutants,
+               "sanitize": cmd_sanitize,
                "merge": cmd_merge, "shrink": cmd_shrink}[args.command]
     try:
         return handler(args)

@@ -48,7 +48,7 @@ class Task:
     mutant: str | None = None
 
 
-def _broken_context(device) -> str | None:
+def broken_context(device) -> str | None:
     """The CUDA error that a finished job left behind (it poisons every later call), or None."""
     if device.type != "cuda":
         return None
@@ -83,7 +83,7 @@ def _work(slot: int, workers: int, inbox, results) -> None:
                                                                 f"raised {type(exc).__name__}: {exc}")))
                 continue
             (verdict,) = runner.run([job], device, stream=quiet)
-            broken = _broken_context(device)
+            broken = broken_context(device)
             if broken is not None:  # no CUDA call of this process can succeed any more
                 results.put(("last", slot, index, gate.failed(job.suite, job.case_id, f"crashed: {broken}")))
                 results.close()
