@@ -52,6 +52,14 @@ DECODE_REGRESSIONS = (
     Regression("shape-churn",
                "partition counts alternating 12/16/20 reallocated the scratch on every call",
                probe="shape_churn"),
+    Regression("wild-output-store",
+               "a kernel that wrote far outside its output took the whole run down with it; now its case "
+               "fails as crashed and a fresh worker goes on",
+               case=_decode(lens=(40, 9), path="onepass", tag="wildstore")),
+    Regression("endless-loop",
+               "a kernel that never returned hung the whole run; now its case fails when its time "
+               "limit passes and a fresh worker goes on",
+               case=_decode(lens=(40, 9), path="onepass", tag="endless")),
     Regression("nan-unused-v-slots",
                "NaN bytes in the unused slots of a sequence's last page reached the output via 0 * NaN",
                case=_decode(lens=(17, 1), path="onepass", tag="nanslots")),

@@ -1,14 +1,18 @@
 """The `quantfloor` command line.
 
-    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--mutant NAME] [--json PATH] [--md PATH]
-                   [--resume REPORT.json]
+    quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--timeout S] [--mutant NAME]
+                   [--json PATH] [--md PATH] [--resume REPORT.json]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID [--mutant NAME]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
-    quantfloor mutants [--tier T] [-k NAME]
+    quantfloor mutants [--tier T] [-k NAME] [--workers N] [--timeout S]
     quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
+    quantfloor sanitize [--tier T] [-k WORDS] [--tool memcheck,racecheck,initcheck,synccheck]
 
-`run --json` rewrites its report as verdicts come (at most every
+`run` and `mutants` judge every case in an isolated worker process under a
+time limit scaled to its size (verify.parallel): a case whose kernel crashes
+its process or never returns fails with that reason, and a fresh worker
+goes on. `run --json` rewrites its report as verdicts come (at most every
 report.LIVE_SECONDS), so a run that is killed keeps what it judged, and
 `run --resume REPORT.json` judges only the cases that report lacks.
 `run`, `mutants` and `merge` exit 0 only when everything passed (for
@@ -21,6 +25,7 @@ fails and it printed the smallest case that fails for the same reason.
 import argparse
 import contextlib
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -32,7 +37,7 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import mutants, parallel, report, runner, shrink  # noqa: E402
+from verify import mutants, parallel, report, runner, sanitize, shrink  # noqa: E402
 
 
 def _meta(args, tier: str) -> dict:
@@ -98,11 +103,7 @@ def cmd_run(args) -> int:
           file=sys.stderr, flush=True)
     live = report.LiveReport(args.json, meta, kept.values()) if args.json else None
     on_verdict = live.add if live else None
-    if args.workers == 1:
-        with _planted(args.mutant):
-            new = runner.run(todo, DEVICE, on_verdict=on_verdict)
-    else:
-        new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict)
+    new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict, timeout_base=args.timeout)
     judged = {**kept, **{(v.suite, v.case_id): v for v in new}}
     return _emit([judged[(j.suite, j.case_id)] for j in jobs], meta, args)
 
@@ -163,11 +164,45 @@ def cmd_shrink(args) -> int:
 
 def cmd_mutants(args) -> int:
     tier = _tier(args)
-    rows = mutants.kill_matrix(tier, DEVICE, names=args.k.split() if args.k else None)
+    rows = mutants.kill_matrix(tier, names=args.k.split() if args.k else None, workers=args.workers,
+                               timeout_base=args.timeout)
     print(mutants.format_kill_matrix(rows))
     ok = bool(rows) and all(r.killed for r in rows)
     print(f"{'ALL_KILLED' if ok else 'NOT_ALL_KILLED'} ({sum(r.killed for r in rows)} of {len(rows)} mutants)")
     return 0 if ok else 1
+
+
+def cmd_sanitize(args) -> int:
+    tools = [t.strip() for t in args.tool.split(",") if t.strip()]
+    unknown = [t for t in tools if t not in sanitize.TOOLS]
+    if unknown or not tools:
+        print(f"quantfloor: --tool: expected a comma list of {', '.join(sanitize.TOOLS)}, got {args.tool!r}",
+              file=sys.stderr)
+        return 2
+    if DEVICE.type != "cuda":
+        print("quantfloor sanitize: needs an NVIDIA GPU; this machine has none", file=sys.stderr)
+        return 2
+    if shutil.which(sanitize.SANITIZER) is None:
+        print(f"quantfloor sanitize: {sanitize.SANITIZER} is not on PATH (it comes with the CUDA toolkit)",
+              file=sys.stderr)
+        return 2
+    ids = sanitize.sample(_tier(args), args.k)
+    print(f"quantfloor sanitize: {len(ids)} cases, tools {', '.join(tools)}, device {_meta(args, '')['device']}",
+          flush=True)
+    results = []
+    for tool in tools:
+        result = sanitize.run_tool(tool, ids)
+        for case_id, found in result.errors.items():
+            for headline in found:
+                print(f"{tool:<10} {case_id}: {headline}")
+        for case_id in result.crashed:
+            print(f"{tool:<10} {case_id}: its process died under the tool")
+        print(f"{tool}: {len(ids)} cases, {result.count} errors", flush=True)
+        results.append(result)
+    total = sum(r.count for r in results)
+    print(f"{'SANITIZE_CLEAN' if total == 0 else 'SANITIZE_ERRORS'} ({total} errors, {len(tools)} tools, "
+          f"{len(ids)} cases)")
+    return 0 if total == 0 else 1
 
 
 def cmd_merge(args) -> int:
@@ -187,8 +222,13 @@ def parser() -> argparse.ArgumentParser:
 
     run = tiered("run", "judge every case of a tier; ALL_PASS or FAIL")
     run.add_argument("--shard", default=None, help="i/n: run the i-th of n slices")
-    run.add_argument("--workers", type=int, default=1,
-                     help="judge in this many processes, worker w on GPU w mod count (default 1)")
+    kill = tiered("mutants", "the kill matrix: every mutant must fail its case")
+    for s in (run, kill):
+        s.add_argument("--workers", type=int, default=1,
+                       help="judge in this many isolated processes, worker w on GPU w mod count (default 1)")
+        s.add_argument("--timeout", type=float, default=runner.TIMEOUT_BASE_S, metavar="SECONDS",
+                       help="seconds each case may take on top of what its size predicts; a case past "
+                            f"its limit fails, timed out (default {runner.TIMEOUT_BASE_S:.0f})")
     mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
     run.add_argument("--mutant", default=None, help=mutant_help)
     run.add_argument("--resume", default=None, metavar="REPORT.json",
@@ -199,7 +239,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--md", default=None, help="write a markdown summary here")
     sub.choices["merge"].add_argument("reports", nargs="+")
     tiered("cases", "list the case ids of a tier")
-    tiered("mutants", "the kill matrix: every mutant must fail its case")
+    clean = tiered("sanitize", "a sample of the cases under NVIDIA compute-sanitizer, errors per tool and case")
+    clean.add_argument("--tool", default=",".join(sanitize.TOOLS),
+                       help=f"comma list of compute-sanitizer tools (default {','.join(sanitize.TOOLS)})")
     repro = sub.add_parser("repro", help="run one case by id and show its errors")
     small = sub.add_parser("shrink", help="from a failing case, the smallest case that fails for the same reason")
     for s in (repro, small):
@@ -213,6 +255,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     handler = {"run": cmd_run, "cases": cmd_cases, "repro": cmd_repro, "mutants": cmd_mutants,
+               "sanitize": cmd_sanitize,
                "merge": cmd_merge, "shrink": cmd_shrink}[args.command]
     try:
         return handler(args)

@@ -8,7 +8,11 @@ public entry reaches it (a module attribute of the holder), for the duration
 of a `with` block. Production code never sees a mutant unless this runs.
 
 The kill matrix runs, for every mutant, its regression case with the real
-code (must PASS) and with the mutant (must FAIL).
+code (must PASS) and with the mutant (must FAIL), each in an isolated worker.
+Two mutants stand for kernels that misbehave outright: `wild-output-store`
+writes far outside the output (a segmentation fault under the interpreter,
+an illegal address on a GPU) and `endless-loop` spins forever; they
+prove that such a case fails with its own reason and the run goes on.
 """
 
 import importlib
@@ -56,6 +60,13 @@ MUTANTS = (
            'fits = _fits(store, "ml", device, ml_numel)'),
     Mutant("shape-churn", "kernels.paged_decode.plan", _API, "_plan",
            "p2=_next_pow2(n_part)", "p2=n_part"),
+    Mutant("wild-output-store", "kernels.paged_decode.partition", _API, "_partition",
+           "o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op",
+           "o_off = seq.to(tl.int64) * s_oi + (1 << 44) + tok[:, None] * s_op"),
+    Mutant("endless-loop", "kernels.paged_decode.partition", _API, "_partition",
+           "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n",
+           "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n    spin = part_lo\n"
+           "    while spin <= part_hi:\n        spin += tl.load(seq_lens_ptr + seq) * 0\n"),
     Mutant("nan-unused-v-slots", "kernels.paged_decode.partition", _API, "_partition",
            "v = tl.where(keys[:, None] < kv_hi, v, 0.0)", "v = tl.where(keys[:, None] < table_hi, v, 0.0)"),
     Mutant("nan-unused-v-scales", "kernels.paged_decode.partition", _API, "_partition",
@@ -185,22 +196,19 @@ class KillRow:
         return self.real.passed and not self.mutated.passed
 
 
-def kill_matrix(tier: str, device, *, names=None) -> list[KillRow]:
-    """Run every mutant of the tier (GPU-only regressions need the gpu tier) against its case."""
-    from verify import runner
+def kill_matrix(tier: str, *, names=None, workers: int = 1, timeout_base: float | None = None,
+                stream=None) -> list[KillRow]:
+    """Every mutant of the tier (GPU-only regressions need the gpu tier) against its case: judged with
+    the real code and with the mutant, each in an isolated worker (verify.parallel), so a mutant that
+    crashes its process or never returns fails its case with that reason and the matrix goes on."""
+    from verify import parallel
 
-    rows = []
-    for mutant in MUTANTS:
-        if names and mutant.name not in names:
-            continue
-        reg = regression_of(mutant)
-        if reg.gpu and tier == "cpu":
-            continue
-        real = runner.regression_verdict(reg, device)
-        with applied(mutant):
-            mutated = runner.regression_verdict(reg, device)
-        rows.append(KillRow(mutant.name, reg.id, real, mutated))
-    return rows
+    chosen = [m for m in MUTANTS if (not names or m.name in names) and not (regression_of(m).gpu and tier == "cpu")]
+    tasks = [parallel.Task(regression_of(m).id) for m in chosen]
+    tasks += [parallel.Task(regression_of(m).id, m.name) for m in chosen]
+    verdicts = parallel.judge(tasks, workers, stream=stream or sys.stderr, timeout_base=timeout_base)
+    n = len(chosen)
+    return [KillRow(m.name, regression_of(m).id, verdicts[i], verdicts[n + i]) for i, m in enumerate(chosen)]
 
 
 def format_kill_matrix(rows: list[KillRow]) -> str:

@@ -1,120 +1,258 @@
-"""Judging jobs in worker processes (`quantfloor run --workers N`).
+"""Judging jobs in isolated worker processes (`quantfloor run`, the kill matrix).
 
-The jobs are cut into contiguous chunks of CHUNK. Worker w of N is a spawned
-Python process that starts at the first chunk of the w-th slice and walks on
-through the chunks (wrapping round), judging each chunk no other worker has
-claimed. Neighbouring cases share kernel specializations, so each worker
-compiles its own few kernels, and a worker that finishes its slice early takes
-chunks from the slices of slower ones. A worker settles on GPU w mod device
-count with its share of the CPU cores, rebuilds each job from its case id and
-sends its verdicts back a chunk at a time: only ids and verdicts cross between
-processes (a planted mutant crosses by name, and each worker puts it in place
-itself). A worker that dies leaves a FAIL verdict, naming its exit code, for
-every job of the chunk it held; chunks no live worker is left to claim fail
-the same way. Verdicts come back in the order of the jobs.
+Kernels under test are untrusted: one may crash the process (a segmentation
+fault under the interpreter), break the CUDA context (an illegal address:
+every later CUDA call in that process fails) or never return. So a
+supervisor hands each worker process one job at a time, and
+
+- a job runs under its own time limit (`runner.time_limit`, scaled to the
+  case's size); a worker past it is killed and the job fails
+  "timed out after N s";
+- a worker that dies fails exactly the job it held: "crashed: <signal or
+  exit code>"; a job after which the CUDA context is broken fails
+  "crashed: <the CUDA error>", and its worker exits;
+- either way a fresh worker takes over and the run goes on.
+
+Worker w of N starts on the w-th slice of the jobs and walks it in order
+(neighbouring cases share kernel specializations); one whose slice is done
+takes the back half of the largest slice left. A worker settles on GPU
+w mod device count with its share of the CPU cores and rebuilds each job
+from its case id: only ids, mutant names and verdicts cross between
+processes. A task may name a mutant (verify.mutants): the worker puts it in
+place for that task (and keeps it in place while the next tasks name it
+too). Verdicts come back in the order of the tasks.
 """
 
 import contextlib
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import time
+from dataclasses import dataclass
 
 from verify import device as _device
 from verify import gate, mutants, runner
 
-CHUNK = 16  # jobs a worker claims, judges and reports at a time
-UNCLAIMED = -1
+POLL_SECONDS = 0.2
+START_SECONDS = 600.0  # a worker that has not begun its first task by then is stuck starting
+MAX_FAILED_STARTS = 3  # workers of one slot in a row that died before beginning a task
 
 
-def _claim(owners, chunk: int, index: int) -> bool:
-    """Mark `chunk` as worker `index`'s; False when another worker holds it."""
-    with owners.get_lock():
-        if owners[chunk] != UNCLAIMED:
-            return False
-        owners[chunk] = index
-        return True
+@dataclass(frozen=True)
+class Task:
+    """One job for a worker: the case (or probe) id, and the mutant to judge it with, if any."""
+
+    case_id: str
+    mutant: str | None = None
 
 
-def _work(index: int, workers: int, ids: list, owners, results, mutant: str | None) -> None:
+def broken_context(device) -> str | None:
+    """The CUDA error that a finished job left behind (it poisons every later call), or None."""
+    if device.type != "cuda":
+        return None
+    import torch
+    try:
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # the CUDA error of an earlier launch surfaces here
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+def _work(slot: int, workers: int, inbox, results) -> None:
     device = _device.setup()
-    _device.pin_worker(index, workers)
-    chunks = len(owners)
-    first = index * chunks // workers
-    planted = mutants.applied(mutants.by_name(mutant)) if mutant else contextlib.nullcontext()
-    with planted, open(os.devnull, "w") as quiet:
-        for step in range(chunks):
-            chunk = (first + step) % chunks
-            if not _claim(owners, chunk, index):
+    _device.pin_worker(slot, workers)
+    with contextlib.ExitStack() as planted, open(os.devnull, "w") as quiet:
+        in_place = None
+        while True:
+            item = inbox.get()
+            if item is None:
+                break
+            index, task = item
+            if task.mutant != in_place:
+                planted.close()
+                if task.mutant is not None:
+                    planted.enter_context(mutants.applied(mutants.by_name(task.mutant)))
+                in_place = task.mutant
+            results.put(("start", slot, index, None))
+            try:
+                job = runner.job_for_id(task.case_id)
+            except Exception as exc:  # an id that does not parse fails alone
+                results.put(("done", slot, index, gate.failed(_suite(task.case_id), task.case_id,
+                                                                f"raised {type(exc).__name__}: {exc}")))
                 continue
-            jobs = [runner.job_for_id(case_id) for case_id in ids[chunk * CHUNK:(chunk + 1) * CHUNK]]
-            results.put((index, runner.run(jobs, device, stream=quiet)))
-    results.put((index, None))
+            (verdict,) = runner.run([job], device, stream=quiet)
+            broken = broken_context(device)
+            if broken is not None:  # no CUDA call of this process can succeed any more
+                results.put(("last", slot, index, gate.failed(job.suite, job.case_id, f"crashed: {broken}")))
+                results.close()
+                results.join_thread()
+                os._exit(3)
+            results.put(("done", slot, index, verdict))
 
 
-def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr, on_verdict=None) -> list:
-    """Judge the `selected` jobs in `workers` processes, each with the mutant named `mutant`
-    (verify.mutants) in place when one is; one progress line every runner.PROGRESS_SECONDS
-    and one at the end. `on_verdict` sees each verdict as its chunk comes back."""
+def _suite(case_id: str) -> str:
+    try:
+        return runner.job_for_id(case_id).suite
+    except Exception:  # an id that does not parse: the worker reports why
+        return "unknown"
+
+
+def _exit_reason(code) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+class _Slot:
+    """One worker position: its process and inbox, its slice [lo, hi) of the tasks, the task it
+    holds (index, time limit), when that was sent and when the worker began it."""
+
+    def __init__(self, context, index: int, workers: int, results, tasks: list, lo: int, hi: int):
+        self.context, self.index, self.workers, self.results, self.tasks = context, index, workers, results, tasks
+        self.lo, self.hi = lo, hi
+        self.done = False
+        self.failed_starts = 0
+        self.spawn()
+
+    def spawn(self):
+        self.exiting = False
+        self.inbox = self.context.Queue()
+        self.proc = self.context.Process(target=_work, args=(self.index, self.workers, self.inbox, self.results),
+                                         daemon=True)
+        self.proc.start()
+        self.job = self.sent = self.started = None
+
+    def send(self, index: int, limit: float):
+        self.job, self.sent, self.started = (index, limit), time.perf_counter(), None
+        self.inbox.put((index, self.tasks[index]))
+
+
+def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None,
+          timeout_base: float | None = None) -> list:
+    """Verdicts of `tasks`, judged in `workers` isolated processes, in the order of the tasks.
+    One progress line every runner.PROGRESS_SECONDS and one at the end; `on_verdict` sees
+    each verdict as it comes. `timeout_base`: seconds added to every job's time limit
+    (runner.TIMEOUT_BASE_S by default)."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
-    if mutant is not None:
-        mutants.by_name(mutant)  # an unknown name is refused here, before any worker starts
+    for name in {t.mutant for t in tasks} - {None}:
+        mutants.by_name(name)  # an unknown name is refused here, before any worker starts
+    workers = max(1, min(workers, len(tasks)))
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    owners = context.Array("i", [UNCLAIMED] * -(-len(selected) // CHUNK))
-    ids = [j.case_id for j in selected]
-    procs = [context.Process(target=_work, args=(w, workers, ids, owners, results, mutant), daemon=True)
+    suites = [_suite(t.case_id) for t in tasks]
+    slots = [_Slot(context, w, workers, results, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers)
              for w in range(workers)]
-    for proc in procs:
-        proc.start()
     judged = {}
     started = shown = time.perf_counter()
 
-    def take(verdicts):
-        for v in verdicts:
-            judged[(v.suite, v.case_id)] = v
+    def record(index, verdict):
+        if index not in judged:
+            judged[index] = verdict
             if on_verdict is not None:
-                on_verdict(v)
+                on_verdict(verdict)
 
     def line():
         fails = sum(not v.passed for v in judged.values())
-        print(f"  {len(judged)}/{len(selected)} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
+        print(f"  {len(judged)}/{len(tasks)} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
               file=stream, flush=True)
 
-    running = set(range(workers))
-    while running:
-        try:
-            index, verdicts = results.get(timeout=1.0)
-        except queue.Empty:
-            running = {w for w in running if procs[w].is_alive()}  # one that died sends no end mark
-            continue
-        if verdicts is None:
-            running.discard(index)
+    def next_index(slot):
+        if slot.lo >= slot.hi:  # take the back half of the largest slice left
+            donor = max(slots, key=lambda s: s.hi - s.lo)
+            if donor.hi - donor.lo < 1:
+                return None
+            cut = donor.hi - max(1, (donor.hi - donor.lo) // 2)
+            slot.lo, slot.hi, donor.hi = cut, donor.hi, cut
+        slot.lo += 1
+        return slot.lo - 1
+
+    def restart(slot):
+        """A fresh worker in `slot`, unless no task is left or its workers keep dying before they begin."""
+        left = any(s.hi > s.lo for s in slots)
+        if not left or slot.failed_starts >= MAX_FAILED_STARTS:
+            slot.done, slot.job, slot.exiting = True, None, False
         else:
-            take(verdicts)
+            slot.spawn()
+
+    def drain(block: bool):
+        try:
+            kind, w, index, verdict = results.get(timeout=POLL_SECONDS) if block else results.get_nowait()
+        except queue.Empty:
+            return False
+        slot = slots[w]
+        if kind == "start" and slot.job and slot.job[0] == index:
+            slot.started = time.perf_counter()
+        elif kind in ("done", "last"):
+            record(index, verdict)
+            if slot.job and slot.job[0] == index:
+                slot.job = None
+            slot.exiting = kind == "last"
+        return True
+
+    while True:
+        for slot in slots:
+            if slot.exiting:  # its worker said it cannot go on: a fresh one takes its place
+                slot.proc.join()
+                restart(slot)
+            if slot.job is None and not slot.done:
+                index = next_index(slot)
+                if index is None:
+                    slot.inbox.put(None)
+                    slot.done = True
+                else:
+                    slot.send(index, runner.time_limit(tasks[index].case_id, timeout_base))
+        if all(s.done for s in slots):
+            break
+        drain(block=True)
+        now = time.perf_counter()
+        for slot in slots:
+            if slot.job is None:
+                continue
+            index, limit = slot.job
+            if not slot.proc.is_alive():
+                while drain(block=False):  # what it sent just before it died
+                    pass
+                if slot.job is not None:
+                    why = _exit_reason(slot.proc.exitcode)
+                    if slot.started is None:
+                        slot.failed_starts += 1
+                        why += f" before it began (worker start {slot.failed_starts} of {MAX_FAILED_STARTS})"
+                    record(index, gate.failed(suites[index], tasks[index].case_id, f"crashed: {why}"))
+                else:
+                    slot.failed_starts = 0
+                restart(slot)
+            elif slot.started is not None and now - slot.started > limit:
+                slot.proc.kill()
+                slot.proc.join()
+                record(index, gate.failed(suites[index], tasks[index].case_id, f"timed out after {limit:.0f} s"))
+                restart(slot)
+            elif slot.started is None and now - slot.sent > START_SECONDS:
+                slot.proc.kill()
+                slot.proc.join()
+                slot.failed_starts += 1
+                record(index, gate.failed(suites[index], tasks[index].case_id,
+                                          f"crashed: its worker did not start within {START_SECONDS:.0f} s"))
+                restart(slot)
         if time.perf_counter() - shown >= runner.PROGRESS_SECONDS:
             line()
             shown = time.perf_counter()
-    for proc in procs:
-        proc.join()
-    while True:  # what a worker sent just before it died
-        try:
-            index, verdicts = results.get(timeout=0.1)
-        except queue.Empty:
-            break
-        if verdicts is not None:
-            take(verdicts)
+    for slot in slots:
+        slot.proc.join()
+    while drain(block=False):
+        pass
     line()
-    codes = ", ".join(f"worker {w}: {p.exitcode}" for w, p in enumerate(procs))
-    out = []
-    for i, job in enumerate(selected):
-        verdict = judged.get((job.suite, job.case_id))
-        if verdict is None:
-            owner = owners[i // CHUNK]
-            why = (f"worker {owner} exited with code {procs[owner].exitcode} before judging it"
-                   if owner != UNCLAIMED else f"no worker was left to judge it ({codes})")
-            verdict = gate.failed(job.suite, job.case_id, why)
-        out.append(verdict)
-    return out
+    return [judged.get(i) or gate.failed(suites[i], t.case_id, "no worker judged it") for i, t in enumerate(tasks)]
+
+
+def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr, on_verdict=None,
+        timeout_base: float | None = None) -> list:
+    """Judge the `selected` jobs in `workers` isolated processes, each with the mutant named
+    `mutant` (verify.mutants) in place when one is."""
+    return judge([Task(j.case_id, mutant) for j in selected], workers, stream=stream, on_verdict=on_verdict,
+                 timeout_base=timeout_base)

@@ -133,6 +133,39 @@ def select(all_jobs: list[Job], pattern: str | None) -> list[Job]:
 
 PROGRESS_SECONDS = 30.0
 
+# A job's time limit (verify.parallel): TIMEOUT_BASE_S, which covers compiling a kernel
+# specialization and building the case, plus SLACK times the time its size predicts. The
+# seconds per unit (sequence tokens x kv heads x head size x query tokens for decode, tokens x
+# heads x head size for KDA) are the slowest seen: 1.5e-5 s on the CPU tier under the
+# interpreter (29.9 s for decode-...-L4200_4500-...-capped-split, 8.9e6 units, two workers on
+# two cores), and far less compiled.
+TIMEOUT_BASE_S = 120.0
+SLACK = 10.0
+UNIT_SECONDS = {"interpreter": 2e-5, "compiled": 1e-7}
+
+
+def work_units(case_id: str) -> int:
+    """The size of a case, in the units of UNIT_SECONDS; 0 for a probe or an id that does not parse."""
+    try:
+        job_case = kda_cases.KdaCase.from_id(case_id) if case_id.startswith("kda-") else \
+            decode_cases.DecodeCase.from_id(case_id)
+    except Exception:  # probes and unparsable ids: the base limit alone
+        return 0
+    if isinstance(job_case, kda_cases.KdaCase):
+        tokens = sum(job_case.lens) if job_case.lens else job_case.b * job_case.t
+        return tokens * job_case.h * job_case.dim
+    c = job_case
+    return sum(c.lens) * c.hkv * c.d * c.q
+
+
+def time_limit(case_id: str, base: float | None = None) -> float:
+    """Seconds a job may take before its worker is killed: base (TIMEOUT_BASE_S by default)
+    plus SLACK times what its size predicts on this machine."""
+    from kernels import arch
+
+    rate = UNIT_SECONDS["interpreter" if arch.interpreting() else "compiled"]
+    return (TIMEOUT_BASE_S if base is None else base) + SLACK * rate * work_units(case_id)
+
 
 def run(selected: list[Job], device, *, stream=sys.stderr, on_verdict=None) -> list[Verdict]:
     """Judge each job; a line per suite as it completes, and one every PROGRESS_SECONDS
