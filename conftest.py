@@ -20,11 +20,18 @@ def pytest_addoption(parser):
     parser.addoption("--tier", default=None, choices=_device.TIERS,
                      help="cpu (interpreter, small), gpu (full matrix), long (plus long contexts)")
     parser.addoption("--shard", default=None, help="i/n: run the i-th of n slices of the tests")
+    parser.addoption("--impl", action="append", default=None, metavar="SPEC",
+                     help="judge the suites' cases on this implementation (verify/impls.py), as quantfloor run")
 
 
 def pytest_configure(config):
     tier = config.getoption("--tier") or _device.default_tier()
     config.quantfloor_tier = _device.check_tier(tier)
+    from verify import impls, runner
+    try:
+        runner.use(impls.select(config.getoption("--impl")))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and worker.startswith("gw"):
         _device.pin_worker(int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from verify import report
+from verify import gate, report
 from verify.verdict import Verdict
 
 
@@ -91,9 +91,10 @@ def test_console_table_rows_numbers_and_failures():
     text = report.console_table(mixed())
     lines = text.splitlines()
     header, split, kda = lines[:3]
-    assert header.split() == ["suite", "cases", "pass", "fail", "worst", "err/floor", "seconds", "worst", "case"]
-    assert split.split() == ["decode-split", "3", "2", "1", "1.2e+01", "1.00", "decode-fnuz-tok-b16-h8-g4-w128-L8193-split"]
-    assert kda.split() == ["kda", "2", "1", "1", "nan", "1.50", "kda-t63-h2-k32-varlen"]
+    assert header.split() == ["suite", "cases", "pass", "fail", "skip", "worst", "err/floor", "seconds", "worst", "case"]
+    assert split.split() == ["decode-split", "3", "2", "1", "0", "1.2e+01", "1.00",
+                             "decode-fnuz-tok-b16-h8-g4-w128-L8193-split"]
+    assert kda.split() == ["kda", "2", "1", "1", "0", "nan", "1.50", "kda-t63-h2-k32-varlen"]
     # Fixed width: the last column starts at the same place on every row.
     assert len({line.index(line.split()[-1]) for line in (split, kda)} | {header.index("worst case")}) == 1
     assert "  decode-fnuz-tok-b16-h8-g4-w128-L8193-split: max abs 3.0 exceeds 0.1 of floor 0.25" in lines
@@ -103,7 +104,7 @@ def test_console_table_rows_numbers_and_failures():
 
 def test_console_table_number_formats():
     cases = [verdict("a", "a-1", 0.0314), verdict("b", "b-1", 12.3), verdict("c", "c-1", math.inf)]
-    cells = [line.split()[4] for line in report.console_table(cases).splitlines()[1:]]
+    cells = [line.split()[5] for line in report.console_table(cases).splitlines()[1:]]
     assert cells == ["0.031", "1.2e+01", "inf"]
 
 
@@ -196,9 +197,9 @@ def test_markdown_has_title_meta_table_failures_and_worst_cases():
     lines = text.splitlines()
     assert lines[0] == "### quantfloor: FAIL (2 of 11)"
     assert "device: NVIDIA H200 · torch 2.13.0, triton 3.6.0 · tier: gpu" in lines
-    assert "| suite | cases | pass | fail | worst err/floor | seconds | worst case |" in lines
-    assert "| decode-split | 9 | 8 | 1 | 1.2e+01 | 4.00 | `decode-fnuz-tok-b16-h8-g4-w128-L8193-split` |" in lines
-    assert "| kda | 2 | 1 | 1 | nan | 1.50 | `kda-t63-h2-k32-varlen` |" in lines
+    assert "| suite | cases | pass | fail | skip | worst err/floor | seconds | worst case |" in lines
+    assert "| decode-split | 9 | 8 | 1 | 0 | 1.2e+01 | 4.00 | `decode-fnuz-tok-b16-h8-g4-w128-L8193-split` |" in lines
+    assert "| kda | 2 | 1 | 1 | 0 | nan | 1.50 | `kda-t63-h2-k32-varlen` |" in lines
     assert "<details><summary>failed cases (2)</summary>" in lines
     assert "| `decode-fnuz-tok-b16-h8-g4-w128-L8193-split` | 1.2e+01 | 3 | 0.25 | max abs 3.0 exceeds 0.1 of floor 0.25 |" in lines
     assert "| `kda-t63-h2-k32-varlen` | nan | nan | 0.25 | 12 output elements not written |" in lines
@@ -233,3 +234,16 @@ def test_non_verdicts_are_named():
         report.final_line([mixed()[0], {"suite": "s"}])
     with pytest.raises(TypeError, match="meta: expected a dict, got list"):
         report.to_json(mixed(), [])
+
+
+def test_skipped_cases_are_counted_apart_and_never_pass():
+    judged = mixed()
+    skipped = [gate.skipped("decode-split", f"decode-skipped-{i}", "torch supports path in ('auto',)")
+               for i in range(2)]
+    (split,) = [s for s in report.summarize(judged + skipped) if s.suite == "decode-split"]
+    assert (split.cases, split.skipped) == (3, 2)
+    assert report.final_line(judged + skipped) == f"FAIL (2 of {len(judged)}, 2 skipped)"
+    passing = [v for v in judged if v.passed]
+    assert report.final_line(passing + skipped) == f"ALL_PASS ({len(passing)} cases, 2 skipped)"
+    assert report.final_line(skipped) == "FAIL (0 of 0, 2 skipped)"
+    assert not any(v.case_id.startswith("decode-skipped") for v in report._failures(judged + skipped))

@@ -76,6 +76,14 @@ def decode_call(inputs, *, path: str, workspace=None, out=None):
     return out
 
 
+def decode_with(fn, inputs):
+    """Run a decode case through another implementation `fn` (verify.impls); returns the output."""
+    case = inputs.case
+    fn(inputs.out, inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables, inputs.seq_lens,
+       inputs.scale, inputs.k_scale, inputs.v_scale, case.window, layout=case.layout, max_seq_len=inputs.max_seq_len)
+    return inputs.out
+
+
 def decode_dot_dtype(inputs) -> torch.dtype:
     """The operand dtype of the decode kernel's dots for `inputs` on their device, as the kernel reports it."""
     return paged_decode.dot_dtype(inputs.query.dtype, inputs.query.device)

@@ -1,7 +1,7 @@
 """The `quantfloor` command line.
 
     quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--timeout S] [--mutant NAME]
-                   [--json PATH] [--md PATH] [--resume REPORT.json]
+                   [--impl SPEC] [--json PATH] [--md PATH] [--resume REPORT.json]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID [--mutant NAME]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
@@ -37,7 +37,7 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import mutants, parallel, report, runner, sanitize, shrink  # noqa: E402
+from verify import impls, mutants, parallel, report, runner, sanitize, shrink  # noqa: E402
 
 
 def _meta(args, tier: str) -> dict:
@@ -47,6 +47,8 @@ def _meta(args, tier: str) -> dict:
             "shard": getattr(args, "shard", None) or "0/1"}
     if getattr(args, "mutant", None):
         meta["mutant"] = args.mutant
+    chosen = impls.select(getattr(args, "impl", None))
+    meta["impl"] = {op: f"{impl.name} {impl.version}" for op, impl in chosen.items()}
     return meta
 
 
@@ -99,11 +101,13 @@ def cmd_run(args) -> int:
     meta = _meta(args, tier)
     planted = f", mutant {mutant.name} planted" if mutant else ""
     resumed = f", {len(kept)} already judged in {args.resume}" if args.resume else ""
-    print(f"quantfloor run: {len(jobs)} cases{resumed}, tier {tier}, device {meta['device']}{planted}",
-          file=sys.stderr, flush=True)
+    judged_on = ", ".join(f"{op} {name}" for op, name in meta["impl"].items())
+    print(f"quantfloor run: {len(jobs)} cases{resumed}, tier {tier}, device {meta['device']}{planted}, "
+          f"implementations: {judged_on}", file=sys.stderr, flush=True)
     live = report.LiveReport(args.json, meta, kept.values()) if args.json else None
     on_verdict = live.add if live else None
-    new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict, timeout_base=args.timeout)
+    new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict, timeout_base=args.timeout,
+                       impl_specs=tuple(args.impl or ()))
     judged = {**kept, **{(v.suite, v.case_id): v for v in new}}
     return _emit([judged[(j.suite, j.case_id)] for j in jobs], meta, args)
 
@@ -231,6 +235,10 @@ def parser() -> argparse.ArgumentParser:
                             f"its limit fails, timed out (default {runner.TIMEOUT_BASE_S:.0f})")
     mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
     run.add_argument("--mutant", default=None, help=mutant_help)
+    run.add_argument("--impl", action="append", metavar="SPEC",
+                     help="judge this implementation instead of ours for its operator: torch (a decode "
+                          "baseline) or decode=MODULE:FUNCTION (MODULE importable or a .py path); repeatable, "
+                          "one per operator (verify/impls.py)")
     run.add_argument("--resume", default=None, metavar="REPORT.json",
                      help="judge only the cases this report lacks, and write the whole report there "
                           "(or to --json); the report is kept current while a run goes")

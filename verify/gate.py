@@ -78,3 +78,9 @@ def failed(suite: str, case_id: str, reason: str, started: float | None = None, 
     return Verdict(suite=suite, case_id=case_id, passed=False, max_abs=math.nan, rms_ratio=math.nan,
                    floor=math.nan, err_floor=math.nan, reasons=(reason,),
                    seconds=time.perf_counter() - started if started is not None else 0.0, detail=detail)
+
+
+def skipped(suite: str, case_id: str, reason: str) -> Verdict:
+    """A verdict for a case the implementation under test declares it does not support."""
+    return Verdict(suite=suite, case_id=case_id, passed=False, max_abs=math.nan, rms_ratio=math.nan,
+                   floor=math.nan, err_floor=math.nan, reasons=(f"skipped: {reason}",), skipped=True)

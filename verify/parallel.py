@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from verify import device as _device
-from verify import gate, mutants, runner
+from verify import gate, impls, mutants, runner
 
 POLL_SECONDS = 0.2
 START_SECONDS = 600.0  # a worker that has not begun its first task by then is stuck starting
@@ -60,9 +60,10 @@ def broken_context(device) -> str | None:
     return None
 
 
-def _work(slot: int, workers: int, inbox, results) -> None:
+def _work(slot: int, workers: int, inbox, results, impl_specs: tuple) -> None:
     device = _device.setup()
     _device.pin_worker(slot, workers)
+    runner.use(impls.select(impl_specs))
     with contextlib.ExitStack() as planted, open(os.devnull, "w") as quiet:
         in_place = None
         while True:
@@ -112,8 +113,9 @@ class _Slot:
     """One worker position: its process and inbox, its slice [lo, hi) of the tasks, the task it
     holds (index, time limit), when that was sent and when the worker began it."""
 
-    def __init__(self, context, index: int, workers: int, results, tasks: list, lo: int, hi: int):
+    def __init__(self, context, index: int, workers: int, results, tasks: list, lo: int, hi: int, impl_specs: tuple):
         self.context, self.index, self.workers, self.results, self.tasks = context, index, workers, results, tasks
+        self.impl_specs = impl_specs
         self.lo, self.hi = lo, hi
         self.done = False
         self.failed_starts = 0
@@ -122,7 +124,7 @@ class _Slot:
     def spawn(self):
         self.exiting = False
         self.inbox = self.context.Queue()
-        self.proc = self.context.Process(target=_work, args=(self.index, self.workers, self.inbox, self.results),
+        self.proc = self.context.Process(target=_work, args=(self.index, self.workers, self.inbox, self.results, self.impl_specs),
                                          daemon=True)
         self.proc.start()
         self.job = self.sent = self.started = None
@@ -133,11 +135,12 @@ class _Slot:
 
 
 def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None,
-          timeout_base: float | None = None) -> list:
+          timeout_base: float | None = None, impl_specs: tuple = ()) -> list:
     """Verdicts of `tasks`, judged in `workers` isolated processes, in the order of the tasks.
     One progress line every runner.PROGRESS_SECONDS and one at the end; `on_verdict` sees
     each verdict as it comes. `timeout_base`: seconds added to every job's time limit
-    (runner.TIMEOUT_BASE_S by default)."""
+    (runner.TIMEOUT_BASE_S by default). `impl_specs`: the --impl specs the workers judge
+    (verify.impls; ours by default)."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
     for name in {t.mutant for t in tasks} - {None}:
@@ -146,8 +149,9 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     suites = [_suite(t.case_id) for t in tasks]
-    slots = [_Slot(context, w, workers, results, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers)
-             for w in range(workers)]
+    impls.select(impl_specs)  # a bad spec is refused here, before any worker starts
+    slots = [_Slot(context, w, workers, results, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers,
+                   tuple(impl_specs)) for w in range(workers)]
     judged = {}
     started = shown = time.perf_counter()
 
@@ -158,7 +162,7 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
                 on_verdict(verdict)
 
     def line():
-        fails = sum(not v.passed for v in judged.values())
+        fails = sum(not v.passed and not v.skipped for v in judged.values())
         print(f"  {len(judged)}/{len(tasks)} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
               file=stream, flush=True)
 
@@ -251,8 +255,8 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
 
 
 def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr, on_verdict=None,
-        timeout_base: float | None = None) -> list:
+        timeout_base: float | None = None, impl_specs: tuple = ()) -> list:
     """Judge the `selected` jobs in `workers` isolated processes, each with the mutant named
-    `mutant` (verify.mutants) in place when one is."""
+    `mutant` (verify.mutants) in place when one is, on the implementations of `impl_specs`."""
     return judge([Task(j.case_id, mutant) for j in selected], workers, stream=stream, on_verdict=on_verdict,
-                 timeout_base=timeout_base)
+                 timeout_base=timeout_base, impl_specs=impl_specs)

@@ -17,7 +17,9 @@ the meta; case ids, suites and reasons are read as written.
      "verdicts": [Verdict.to_json(), ...]}
 
 The last line a run prints is `final_line`: `ALL_PASS (N cases)` only when
-N > 0 cases ran and all passed, else `FAIL (k of N)`.
+N > 0 cases were judged and all passed, else `FAIL (k of N)`; skipped cases
+(outside what the implementation under test supports) are never judged nor
+passed, and are counted apart (`ALL_PASS (N cases, S skipped)`).
 """
 
 import json
@@ -43,8 +45,8 @@ _VERDICT_NUMBERS = ("max_abs", "rms_ratio", "floor", "err_floor", "seconds")
 class SuiteSummary:
     """One suite's line of the report.
 
-    worst_err_floor / worst_case_id: the suite's worst case (see the module docstring).
-    seconds: the sum of its cases' wall seconds.
+    cases: judged cases (skipped ones apart); worst_err_floor / worst_case_id: the suite's worst
+    judged case (see the module docstring). seconds: the sum of its cases' wall seconds.
     """
 
     suite: str
@@ -54,45 +56,52 @@ class SuiteSummary:
     worst_err_floor: float
     worst_case_id: str
     seconds: float
+    skipped: int = 0
 
 
 def summarize(verdicts: list[Verdict]) -> list[SuiteSummary]:
     """One summary per suite, in first-seen order."""
     summaries = []
     for suite, members in _by_suite(verdicts).items():
-        worst = max(members, key=_badness)
-        passed = sum(v.passed for v in members)
+        judged = [v for v in members if not v.skipped]
+        worst = max(judged, key=_badness) if judged else None
+        passed = sum(v.passed for v in judged)
         summaries.append(
             SuiteSummary(
                 suite=suite,
-                cases=len(members),
+                cases=len(judged),
                 passed=passed,
-                failed=len(members) - passed,
-                worst_err_floor=worst.err_floor,
-                worst_case_id=worst.case_id,
+                failed=len(judged) - passed,
+                worst_err_floor=worst.err_floor if worst else math.nan,
+                worst_case_id=worst.case_id if worst else "",
                 seconds=sum(v.seconds for v in members),
+                skipped=len(members) - len(judged),
             )
         )
     return summaries
 
 
 def final_line(verdicts: list[Verdict]) -> str:
-    """`ALL_PASS (N cases)` when N > 0 and all passed, else `FAIL (k of N)`."""
+    """`ALL_PASS (N cases)` when N > 0 were judged and all passed, else `FAIL (k of N)`; skipped
+    cases are named apart (`, S skipped`)."""
     verdicts = _checked(verdicts)
-    failed = sum(not v.passed for v in verdicts)
-    if verdicts and not failed:
-        return f"ALL_PASS ({len(verdicts)} cases)"
-    return f"FAIL ({failed} of {len(verdicts)})"
+    judged = [v for v in verdicts if not v.skipped]
+    failed = sum(not v.passed for v in judged)
+    skipped = len(verdicts) - len(judged)
+    tail = f", {skipped} skipped" if skipped else ""
+    if judged and not failed:
+        return f"ALL_PASS ({len(judged)} cases{tail})"
+    return f"FAIL ({failed} of {len(judged)}{tail})"
 
 
 def console_table(verdicts: list[Verdict]) -> str:
     """A fixed-width table, one row per suite, then the failed cases with their first reason."""
     verdicts = _checked(verdicts)
     summaries = summarize(verdicts)
-    header = ("suite", "cases", "pass", "fail", "worst err/floor", "seconds", "worst case")
+    header = ("suite", "cases", "pass", "fail", "skip", "worst err/floor", "seconds", "worst case")
     rows = [
-        (s.suite, str(s.cases), str(s.passed), str(s.failed), _ratio(s.worst_err_floor), f"{s.seconds:.2f}",
-         s.worst_case_id)
+        (s.suite, str(s.cases), str(s.passed), str(s.failed), str(s.skipped), _ratio(s.worst_err_floor),
+         f"{s.seconds:.2f}", s.worst_case_id)
         for s in summaries
     ]
     widths = [max(len(row[k]) for row in [header, *rows]) for k in range(len(header) - 1)]
@@ -218,11 +227,11 @@ def markdown(verdicts: list[Verdict], meta: dict) -> str:
         lines.append("No cases ran.")
         return "\n".join(lines) + "\n"
     lines += [
-        "| suite | cases | pass | fail | worst err/floor | seconds | worst case |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| suite | cases | pass | fail | skip | worst err/floor | seconds | worst case |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
-        f"| {_cell(s.suite)} | {s.cases} | {s.passed} | {s.failed} | {_ratio(s.worst_err_floor)} "
+        f"| {_cell(s.suite)} | {s.cases} | {s.passed} | {s.failed} | {s.skipped} | {_ratio(s.worst_err_floor)} "
         f"| {s.seconds:.2f} | `{_cell(s.worst_case_id)}` |"
         for s in summarize(verdicts)
     ]
@@ -245,7 +254,7 @@ def markdown(verdicts: list[Verdict], meta: dict) -> str:
         lines += [
             f"| `{_cell(v.case_id)}` | {_ratio(v.err_floor)} | {_number(v.max_abs)} | {_number(v.floor)} "
             f"| {'PASS' if v.passed else 'FAIL'} |"
-            for v in sorted(members, key=_badness, reverse=True)[:WORST_PER_SUITE]
+            for v in sorted((m for m in members if not m.skipped), key=_badness, reverse=True)[:WORST_PER_SUITE]
         ]
     lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
@@ -278,7 +287,7 @@ def _failures(verdicts: list[Verdict]) -> list[Verdict]:
         v
         for members in _by_suite(verdicts).values()
         for v in sorted(members, key=_badness, reverse=True)
-        if not v.passed
+        if not v.passed and not v.skipped
     ]
 
 

@@ -18,7 +18,7 @@ from cases import decode as decode_cases
 from cases import kda as kda_cases
 from cases import regressions
 from cases.decode_matrix import decode_matrix
-from verify import adapters, floors, gate, probes, tolerances
+from verify import adapters, floors, gate, impls, probes, tolerances
 from verify.device import release_cached, seed_of
 from verify.verdict import Verdict
 
@@ -37,14 +37,33 @@ def suite_of(case) -> str:
     return f"decode-{case.path}"
 
 
+# The implementation judged per operator (verify.impls); ours unless `use` says otherwise.
+_IMPLS = dict(impls.OURS)
+
+
+def use(chosen: dict) -> None:
+    """Judge every later case on the implementations of `chosen` ({operator: Impl})."""
+    _IMPLS.clear()
+    _IMPLS.update(chosen)
+
+
+def implementations() -> dict:
+    """{operator: Impl} judged now."""
+    return dict(_IMPLS)
+
+
 def decode_verdict(case, device) -> Verdict:
-    """Build, run and judge one decode case."""
+    """Build, run and judge one decode case on the decode implementation in use."""
     started = time.perf_counter()
     suite = suite_of(case)
+    impl = _IMPLS["decode"]
+    why = impl.skip_reason(case)
+    if why is not None:
+        return gate.skipped(suite, case.id, why)
     inputs = decode_cases.build(case, device, seed_of(case.id))
     judged = floors.decode(inputs)
     try:
-        out = adapters.decode(inputs)
+        out = adapters.decode(inputs) if impl.fn is None else adapters.decode_with(impl.fn, inputs)
     except Exception as exc:  # a crash is a failure of the case, not of the run
         return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
     return gate.judge(suite, case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple,
@@ -198,7 +217,7 @@ def run(selected: list[Job], device, *, stream=sys.stderr, on_verdict=None) -> l
         if on_verdict is not None:
             on_verdict(verdict)
         count += 1
-        fails += not verdict.passed
+        fails += not verdict.passed and not verdict.skipped
         if time.perf_counter() - shown >= PROGRESS_SECONDS and count < totals[current]:
             line(done=False)
             shown = time.perf_counter()

@@ -17,6 +17,8 @@ class Verdict:
     reasons    : why it failed, one short sentence each (empty when passed)
     seconds    : wall time of the kernel call and the checks
     detail     : free-form extras (worst element, non-finite count, ...)
+    skipped    : the case lies outside what the implementation declares it supports (never a pass;
+                 reasons says which factor)
     """
 
     suite: str
@@ -29,6 +31,7 @@ class Verdict:
     reasons: tuple[str, ...] = ()
     seconds: float = 0.0
     detail: dict = field(default_factory=dict)
+    skipped: bool = False
 
     def to_json(self) -> dict:
         data = asdict(self)

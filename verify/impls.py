@@ -1,0 +1,157 @@
+"""The implementations cases are judged on (`quantfloor run --impl SPEC`).
+
+An implementation of an operator is a callable plus its capabilities: a dict
+from case factors (the fields of `cases.decode.DecodeCase`: cache, scales,
+block, hq, hkv, d, window, q, layout, dist, ...) to the values it supports.
+A case outside them is SKIPPED with the reason, never judged and never a
+pass; a case it raises on is a FAIL. SPEC is one of
+
+    triton                   ours, every operator and kernel path (the default)
+    torch                    the decode baseline below
+    decode=MODULE:FUNCTION   a user's decode, MODULE an importable name or a .py path
+
+A decode implementation is called as
+
+    fn(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
+       sliding_window, layout=..., max_seq_len=...)
+
+with the arguments of `kernels.paged_decode.paged_attention_decode`, and
+writes `out`. Its capabilities come from the optional attribute
+`fn.quantfloor_caps` (`{"layout": ("plain",), "d": (64, 128)}`); without it
+every case is tried. Our kernel paths (onepass, split, auto) are ours alone:
+another implementation runs the `auto` cases, and the others are skipped.
+"""
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from reference import layouts
+
+OPERATORS = ("decode", "kda")
+
+
+@dataclass(frozen=True)
+class Impl:
+    """operator, name (its spec), version (of the package it comes from), fn (None: ours, through
+    verify.adapters), caps ({case factor: supported values}; empty: every case is tried)."""
+
+    operator: str
+    name: str
+    version: str
+    fn: Callable | None = None
+    caps: dict = field(default_factory=dict)
+
+    def skip_reason(self, case) -> str | None:
+        """Why `case` lies outside the capabilities, or None when it is to be judged."""
+        for factor, supported in self.caps.items():
+            value = getattr(case, factor, None)
+            if value not in supported:
+                return f"{self.name} supports {factor} in {tuple(supported)}, the case has {value!r}"
+        return None
+
+
+def _version(module_name: str) -> str:
+    try:
+        from importlib import metadata
+        return metadata.version(module_name)
+    except Exception:  # a module outside any installed distribution
+        return "unversioned"
+
+
+OURS = {op: Impl(op, "triton", _version("quantfloor")) for op in OPERATORS}
+
+
+def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
+                 sliding_window, *, layout="shuffled", max_seq_len=None):
+    """A plain decode: each sequence's keys and values gathered from the paged cache, dequantized to
+    float32, and `scaled_dot_product_attention` over them (drafts causal, the window applied); writes
+    `out`. Rows that see no key get zeros."""
+    k_all = layouts.unpack_k(key_cache, layout)
+    v_all = layouts.unpack_v(value_cache, layout)
+    q4 = query if query.dim() == 4 else query.unsqueeze(1)
+    o4 = out if out.dim() == 4 else out.unsqueeze(1)
+    num_q, hq = q4.shape[1], q4.shape[2]
+    hkv = k_all.shape[2]
+
+    def dequantized(cache, scale_arg, table, length):
+        tokens = layouts.gather_tokens(cache, table, length).to(torch.float32)  # [L, Hkv, D]
+        if isinstance(scale_arg, torch.Tensor) and scale_arg.numel() > 1:
+            return tokens * layouts.gather_tokens(scale_arg.permute(0, 2, 1).unsqueeze(-1), table, length)
+        return tokens * (1.0 if scale_arg is None else float(scale_arg))
+
+    lengths = seq_lens.tolist()
+    for i, length in enumerate(lengths):
+        o4[i].zero_()
+        if length == 0:
+            continue
+        keys = dequantized(k_all, k_scale, block_tables[i], length).permute(1, 0, 2)  # [Hkv, L, D]
+        values = dequantized(v_all, v_scale, block_tables[i], length).permute(1, 0, 2)
+        pos = torch.arange(length, device=query.device)
+        row = length - num_q + torch.arange(num_q, device=query.device)  # absolute position of each draft
+        seen = (pos[None, :] <= row[:, None]) & (pos[None, :] >= 0)
+        if sliding_window > 0:
+            seen &= pos[None, :] > row[:, None] - sliding_window
+        q = q4[i].permute(1, 0, 2).to(torch.float32)  # [Hq, Q, D]
+        k = keys.repeat_interleave(hq // hkv, dim=0)
+        v = values.repeat_interleave(hq // hkv, dim=0)
+        att = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=seen, scale=scale)
+        o4[i] = torch.where(seen.any(-1)[None, :, None], att, 0.0).permute(1, 0, 2).to(out.dtype)
+    return out
+
+
+def _load(module: str):
+    """The module named `module` (importable name or .py path); ValueError naming --impl if it cannot load."""
+    try:
+        if not module.endswith(".py"):
+            return importlib.import_module(module)
+        path = Path(module)
+        if not path.is_file():
+            raise ValueError(f"--impl: no file {module}")
+        spec = importlib.util.spec_from_file_location(f"_quantfloor_impl_{path.stem}", path)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+    except ValueError:
+        raise
+    except Exception as exc:  # the user's module failed to import or to run
+        raise ValueError(f"--impl: cannot load {module}: {type(exc).__name__}: {exc}") from None
+
+
+def parse(spec: str) -> Impl:
+    """The implementation named by `spec` other than ours (see the module docstring); ValueError naming --impl."""
+    if spec == "torch":
+        return Impl("decode", "torch", torch.__version__, torch_decode, {"path": ("auto",)})
+    operator, _, target = spec.partition("=")
+    module, _, name = target.rpartition(":")
+    if operator not in OPERATORS or not module or not name:
+        raise ValueError(f"--impl: expected triton, torch or decode=MODULE:FUNCTION, got {spec!r}")
+    if operator != "decode":
+        raise ValueError(f"--impl: a user's {operator} implementation is not supported yet "
+                         f"(decode=MODULE:FUNCTION is), got {spec!r}")
+    fn = getattr(_load(module), name, None)
+    if not callable(fn):
+        raise ValueError(f"--impl: {module} has no function {name!r}")
+    caps = dict(getattr(fn, "quantfloor_caps", {}))
+    caps.setdefault("path", ("auto",))
+    top = module.split(".")[0] if not module.endswith(".py") else Path(module).stem
+    return Impl(operator, spec, _version(top), fn, caps)
+
+
+def select(specs) -> dict:
+    """{operator: Impl} for the --impl specs given (at most one per operator), ours for the rest."""
+    chosen = dict(OURS)
+    named = set()
+    for spec in specs or ():
+        if spec == "triton":
+            continue
+        impl = parse(spec)
+        if impl.operator in named:
+            raise ValueError(f"--impl: one implementation per operator, got two for {impl.operator}")
+        named.add(impl.operator)
+        chosen[impl.operator] = impl
+    return chosen
