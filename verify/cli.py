@@ -1,7 +1,7 @@
 """The `quantfloor` command line.
 
     quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--timeout S] [--mutant NAME]
-                   [--impl SPEC] [--json PATH] [--md PATH] [--resume REPORT.json]
+                   [--impl SPEC] [--workload SHAPES.jsonl] [--json PATH] [--md PATH] [--resume REPORT.json]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID [--mutant NAME]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
@@ -37,7 +37,7 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import impls, mutants, parallel, report, runner, sanitize, shrink  # noqa: E402
+from verify import impls, mutants, parallel, report, runner, sanitize, shrink, workload  # noqa: E402
 
 
 def _meta(args, tier: str) -> dict:
@@ -62,8 +62,11 @@ def _planted(name: str | None):
 
 
 def _selected(args, tier):
-    jobs = runner.select(runner.jobs(tier), args.k)
-    return _device.shard(jobs, getattr(args, "shard", None))
+    if getattr(args, "workload", None):
+        every = [runner.case_job(case) for case in workload.load(args.workload)]
+    else:
+        every = runner.jobs(tier)
+    return _device.shard(runner.select(every, args.k), getattr(args, "shard", None))
 
 
 def _emit(verdicts, meta, args) -> int:
@@ -235,6 +238,9 @@ def parser() -> argparse.ArgumentParser:
                             f"its limit fails, timed out (default {runner.TIMEOUT_BASE_S:.0f})")
     mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
     run.add_argument("--mutant", default=None, help=mutant_help)
+    run.add_argument("--workload", default=None, metavar="SHAPES.jsonl",
+                     help="judge the cases of this file of a user's own shapes instead of the tier's "
+                          "(one JSON object a line; verify/workload.py)")
     run.add_argument("--impl", action="append", metavar="SPEC",
                      help="judge this implementation instead of ours for its operator: torch (a decode "
                           "baseline) or decode=MODULE:FUNCTION (MODULE importable or a .py path); repeatable, "
