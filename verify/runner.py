@@ -71,12 +71,17 @@ def decode_verdict(case, device) -> Verdict:
 
 
 def kda_verdict(case, device) -> Verdict:
-    """Build, run and judge one KDA case: output and final state against the float64 recurrence."""
+    """Build, run and judge one KDA case on the KDA implementation in use: output and final state
+    against the float64 recurrence."""
     started = time.perf_counter()
     suite = suite_of(case)
+    impl = _IMPLS["kda"]
+    why = impl.skip_reason(case)
+    if why is not None:
+        return gate.skipped(suite, case.id, why)
     inputs = kda_cases.build(case, device, seed_of(case.id))
     try:
-        outputs, untouched = adapters.kda(inputs)
+        outputs, untouched = adapters.kda(inputs) if impl.fn is None else adapters.kda_with(impl.fn, inputs)
     except Exception as exc:
         return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
     judged, floor, floor_rms = floors.kda(inputs, outputs)
