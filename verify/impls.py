@@ -106,7 +106,7 @@ def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, sca
         values = dequantized(v_all, v_scale, block_tables[i], length).permute(1, 0, 2)
         pos = torch.arange(length, device=query.device)
         row = length - num_q + torch.arange(num_q, device=query.device)  # absolute position of each draft
-        seen = (pos[None, :] <= row[:, None]) & (pos[None, :] >= 0)
+        seen = pos[None, :] <= row[:, None]
         if sliding_window > 0:
             seen &= pos[None, :] > row[:, None] - sliding_window
         q = q4[i].permute(1, 0, 2).to(torch.float32)  # [Hq, Q, D]
