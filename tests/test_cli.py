@@ -216,3 +216,13 @@ def test_a_killed_run_keeps_its_report_and_resume_judges_only_what_it_lacks(tmp_
     path.write_text("not a report")
     assert cli.main(["run", "--tier", "cpu", "-k", words, "--resume", str(path)]) == 2
     assert capsys.readouterr().err.startswith("quantfloor: --resume: expected a report")
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_timeout_must_be_positive_seconds(value, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", "--tier", "cpu", "-k", CASE, "--timeout", value])
+    assert stop.value.code == 2
+    assert f"--timeout: expected seconds > 0, got '{value}'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="timeout_base: expected seconds > 0"):
+        parallel.judge([parallel.Task(CASE)], 1, timeout_base=0.0)

@@ -69,10 +69,9 @@ def test_the_torch_baseline_passes_the_gate(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ("fla", "expected triton, torch or decode=MODULE:FUNCTION"),
+    ("fla", "expected triton, torch, decode=MODULE:FUNCTION or kda=MODULE:FUNCTION"),
     ("decode=no_such_module_here:fn", "No module named"),
     ("decode=verify.impls:no_such_function", "has no function"),
-    ("kda=verify.impls:torch_decode", "not supported yet"),
 ])
 def test_a_bad_spec_is_refused_naming_impl(spec, fragment, capsys):
     assert cli.main(["run", "--tier", "cpu", "-k", WORDS, "--impl", spec]) == 2
@@ -85,3 +84,28 @@ def test_one_implementation_per_operator():
     with pytest.raises(ValueError, match="one implementation per operator"):
         impls.select(["torch", "decode=verify.impls:torch_decode"])
     assert runner.implementations()["decode"].name == "triton"
+
+
+KDA_WRAPPER = '''
+from kernels.kda import flash_kda_fwd
+
+
+def kda(q, k, v, g, beta, **kwargs):
+    o, final = flash_kda_fwd(q, k, v, g, beta, **kwargs)
+    {tweak}
+    return o, final
+'''
+
+
+@pytest.mark.parametrize("tweak, rc", [("", 0), ("o = o * 1.01", 1)])
+def test_a_users_kda_is_judged_on_its_cases(tmp_path, capsys, tweak, rc):
+    path = tmp_path / "mykda.py"
+    path.write_text(KDA_WRAPPER.format(tweak=tweak or "pass"))
+    report = tmp_path / "k.json"
+    assert cli.main(["run", "--tier", "cpu", "-k", "kda t65", "--impl", f"kda={path}:kda",
+                     "--json", str(report)]) == rc
+    verdicts = json.loads(report.read_text())["verdicts"]
+    judged = [v for v in verdicts if not v["skipped"]]
+    assert judged and all(v["case_id"].endswith("-auto") for v in judged)
+    assert all("-paged-" not in v["case_id"] and "-vfirst-" not in v["case_id"] for v in judged)
+    assert any(v["skipped"] for v in verdicts)

@@ -106,6 +106,18 @@ def kda_dot_dtype(inputs) -> torch.dtype:
     return kda_kernels.dot_dtype(inputs.q.device)
 
 
+# The keyword arguments another KDA implementation takes (verify.impls).
+KDA_KWARGS = ("scale", "initial_state", "output_final_state", "cu_seqlens", "gate", "A_log", "dt_bias",
+              "lower_bound", "beta_sigmoid", "qk_l2norm")
+
+
+def kda_with(fn, inputs) -> tuple[dict, bool]:
+    """Run a KDA case through another implementation `fn` (verify.impls): ({"o", "state"}, True)."""
+    kwargs = {k: v for k, v in inputs.kwargs.items() if k in KDA_KWARGS}
+    o, final = fn(inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, **kwargs)
+    return {"o": o, "state": final}, True
+
+
 def kda(inputs) -> tuple[dict, bool]:
     """Run a KDA case; returns ({"o": o, "state": final or written slots}, other slots untouched).
 

@@ -1,7 +1,7 @@
 """The `quantfloor` command line.
 
     quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--timeout S] [--mutant NAME]
-                   [--impl SPEC] [--json PATH] [--md PATH] [--resume REPORT.json]
+                   [--impl SPEC] [--workload SHAPES.jsonl] [--json PATH] [--md PATH] [--resume REPORT.json]
     quantfloor cases [--tier T] [-k FILTER]
     quantfloor repro CASE_ID [--mutant NAME]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
@@ -37,12 +37,26 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import impls, mutants, parallel, report, runner, sanitize, shrink  # noqa: E402
+from verify import impls, mutants, parallel, report, runner, sanitize, shrink, workload  # noqa: E402
+
+
+def _device_name() -> str:
+    return torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu (Triton interpreter)"
+
+
+def _seconds(text: str) -> float:
+    """argparse type of --timeout: seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
 
 
 def _meta(args, tier: str) -> dict:
-    name = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu (Triton interpreter)"
-    meta = {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+    meta = {"device": _device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "tier": tier, "command": " ".join(sys.argv),
             "shard": getattr(args, "shard", None) or "0/1"}
     if getattr(args, "mutant", None):
@@ -62,8 +76,11 @@ def _planted(name: str | None):
 
 
 def _selected(args, tier):
-    jobs = runner.select(runner.jobs(tier), args.k)
-    return _device.shard(jobs, getattr(args, "shard", None))
+    if getattr(args, "workload", None):
+        every = [runner.case_job(case) for case in workload.load(args.workload)]
+    else:
+        every = runner.jobs(tier)
+    return _device.shard(runner.select(every, args.k), getattr(args, "shard", None))
 
 
 def _emit(verdicts, meta, args) -> int:
@@ -191,7 +208,7 @@ def cmd_sanitize(args) -> int:
               file=sys.stderr)
         return 2
     ids = sanitize.sample(_tier(args), args.k)
-    print(f"quantfloor sanitize: {len(ids)} cases, tools {', '.join(tools)}, device {_meta(args, '')['device']}",
+    print(f"quantfloor sanitize: {len(ids)} cases, tools {', '.join(tools)}, device {_device_name()}",
           flush=True)
     results = []
     for tool in tools:
@@ -230,15 +247,18 @@ def parser() -> argparse.ArgumentParser:
     for s in (run, kill):
         s.add_argument("--workers", type=int, default=1,
                        help="judge in this many isolated processes, worker w on GPU w mod count (default 1)")
-        s.add_argument("--timeout", type=float, default=runner.TIMEOUT_BASE_S, metavar="SECONDS",
+        s.add_argument("--timeout", type=_seconds, default=runner.TIMEOUT_BASE_S, metavar="SECONDS",
                        help="seconds each case may take on top of what its size predicts; a case past "
                             f"its limit fails, timed out (default {runner.TIMEOUT_BASE_S:.0f})")
     mutant_help = "judge with this mutant of verify.mutants in place (one fix taken back)"
     run.add_argument("--mutant", default=None, help=mutant_help)
+    run.add_argument("--workload", default=None, metavar="SHAPES.jsonl",
+                     help="judge the cases of this file of a user's own shapes instead of the tier's "
+                          "(one JSON object a line; verify/workload.py)")
     run.add_argument("--impl", action="append", metavar="SPEC",
                      help="judge this implementation instead of ours for its operator: torch (a decode "
-                          "baseline) or decode=MODULE:FUNCTION (MODULE importable or a .py path); repeatable, "
-                          "one per operator (verify/impls.py)")
+                          "baseline), decode=MODULE:FUNCTION or kda=MODULE:FUNCTION (MODULE importable or a "
+                          ".py path); repeatable, one per operator (verify/impls.py)")
     run.add_argument("--resume", default=None, metavar="REPORT.json",
                      help="judge only the cases this report lacks, and write the whole report there "
                           "(or to --json); the report is kept current while a run goes")

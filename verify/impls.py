@@ -9,6 +9,7 @@ pass; a case it raises on is a FAIL. SPEC is one of
     triton                   ours, every operator and kernel path (the default)
     torch                    the decode baseline below
     decode=MODULE:FUNCTION   a user's decode, MODULE an importable name or a .py path
+    kda=MODULE:FUNCTION      a user's KDA forward
 
 A decode implementation is called as
 
@@ -16,10 +17,19 @@ A decode implementation is called as
        sliding_window, layout=..., max_seq_len=...)
 
 with the arguments of `kernels.paged_decode.paged_attention_decode`, and
-writes `out`. Its capabilities come from the optional attribute
-`fn.quantfloor_caps` (`{"layout": ("plain",), "d": (64, 128)}`); without it
-every case is tried. Our kernel paths (onepass, split, auto) are ours alone:
-another implementation runs the `auto` cases, and the others are skipped.
+writes `out`. A KDA implementation is called as
+
+    fn(q, k, v, g, beta, scale=..., initial_state=..., output_final_state=..., cu_seqlens=...,
+       gate=..., A_log=..., dt_bias=..., lower_bound=..., beta_sigmoid=..., qk_l2norm=...)
+
+(the arguments of `kernels.kda.flash_kda_fwd` that name no layout of ours),
+and returns (o, final_state); it runs the cases without paged or V-first
+states. Capabilities come from the optional attribute `fn.quantfloor_caps`
+(`{"layout": ("plain",), "d": (64, 128)}`, keys the fields of
+`cases.decode.DecodeCase` or `cases.kda.KdaCase`); without it every case is
+tried. Our kernel paths (decode onepass, split, auto; KDA schedules) are ours
+alone: another implementation runs the `auto` cases, and the others are
+skipped.
 """
 
 import importlib
@@ -64,6 +74,9 @@ def _version(module_name: str) -> str:
 
 
 OURS = {op: Impl(op, "triton", _version("quantfloor")) for op in OPERATORS}
+# What another implementation runs of the factors only ours has: one decode path, one KDA
+# schedule, states without our paged or V-first layouts.
+_OURS_ALONE = {"decode": {"path": ("auto",)}, "kda": {"schedule": ("auto",), "state": ("none", "dense")}}
 
 
 def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
@@ -93,7 +106,7 @@ def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, sca
         values = dequantized(v_all, v_scale, block_tables[i], length).permute(1, 0, 2)
         pos = torch.arange(length, device=query.device)
         row = length - num_q + torch.arange(num_q, device=query.device)  # absolute position of each draft
-        seen = (pos[None, :] <= row[:, None]) & (pos[None, :] >= 0)
+        seen = pos[None, :] <= row[:, None]
         if sliding_window > 0:
             seen &= pos[None, :] > row[:, None] - sliding_window
         q = q4[i].permute(1, 0, 2).to(torch.float32)  # [Hq, Q, D]
@@ -125,19 +138,18 @@ def _load(module: str):
 def parse(spec: str) -> Impl:
     """The implementation named by `spec` other than ours (see the module docstring); ValueError naming --impl."""
     if spec == "torch":
-        return Impl("decode", "torch", torch.__version__, torch_decode, {"path": ("auto",)})
+        return Impl("decode", "torch", torch.__version__, torch_decode, dict(_OURS_ALONE["decode"]))
     operator, _, target = spec.partition("=")
     module, _, name = target.rpartition(":")
     if operator not in OPERATORS or not module or not name:
-        raise ValueError(f"--impl: expected triton, torch or decode=MODULE:FUNCTION, got {spec!r}")
-    if operator != "decode":
-        raise ValueError(f"--impl: a user's {operator} implementation is not supported yet "
-                         f"(decode=MODULE:FUNCTION is), got {spec!r}")
+        raise ValueError(f"--impl: expected triton, torch, decode=MODULE:FUNCTION or kda=MODULE:FUNCTION, "
+                         f"got {spec!r}")
     fn = getattr(_load(module), name, None)
     if not callable(fn):
         raise ValueError(f"--impl: {module} has no function {name!r}")
     caps = dict(getattr(fn, "quantfloor_caps", {}))
-    caps.setdefault("path", ("auto",))
+    for factor, values in _OURS_ALONE[operator].items():
+        caps.setdefault(factor, values)
     top = module.split(".")[0] if not module.endswith(".py") else Path(module).stem
     return Impl(operator, spec, _version(top), fn, caps)
 

@@ -203,12 +203,12 @@ def kill_matrix(tier: str, *, names=None, workers: int = 1, timeout_base: float 
     crashes its process or never returns fails its case with that reason and the matrix goes on."""
     from verify import parallel
 
-    chosen = [m for m in MUTANTS if (not names or m.name in names) and not (regression_of(m).gpu and tier == "cpu")]
-    tasks = [parallel.Task(regression_of(m).id) for m in chosen]
-    tasks += [parallel.Task(regression_of(m).id, m.name) for m in chosen]
+    chosen = [(m, regression_of(m)) for m in MUTANTS if not names or m.name in names]
+    chosen = [(m, reg) for m, reg in chosen if not (reg.gpu and tier == "cpu")]
+    tasks = [parallel.Task(reg.id) for _, reg in chosen] + [parallel.Task(reg.id, m.name) for m, reg in chosen]
     verdicts = parallel.judge(tasks, workers, stream=stream or sys.stderr, timeout_base=timeout_base)
     n = len(chosen)
-    return [KillRow(m.name, regression_of(m).id, verdicts[i], verdicts[n + i]) for i, m in enumerate(chosen)]
+    return [KillRow(m.name, reg.id, verdicts[i], verdicts[n + i]) for i, (m, reg) in enumerate(chosen)]
 
 
 def format_kill_matrix(rows: list[KillRow]) -> str:

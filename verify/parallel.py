@@ -113,7 +113,8 @@ class _Slot:
     """One worker position: its process and inbox, its slice [lo, hi) of the tasks, the task it
     holds (index, time limit), when that was sent and when the worker began it."""
 
-    def __init__(self, context, index: int, workers: int, results, tasks: list, lo: int, hi: int, impl_specs: tuple):
+    def __init__(self, context, index: int, workers: int, results, tasks: list, lo: int, hi: int,
+                 impl_specs: tuple):
         self.context, self.index, self.workers, self.results, self.tasks = context, index, workers, results, tasks
         self.impl_specs = impl_specs
         self.lo, self.hi = lo, hi
@@ -124,8 +125,8 @@ class _Slot:
     def spawn(self):
         self.exiting = False
         self.inbox = self.context.Queue()
-        self.proc = self.context.Process(target=_work, args=(self.index, self.workers, self.inbox, self.results, self.impl_specs),
-                                         daemon=True)
+        self.proc = self.context.Process(target=_work, daemon=True,
+                                         args=(self.index, self.workers, self.inbox, self.results, self.impl_specs))
         self.proc.start()
         self.job = self.sent = self.started = None
 
@@ -143,12 +144,13 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
     (verify.impls; ours by default)."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
+    if timeout_base is not None and not timeout_base > 0:
+        raise ValueError(f"timeout_base: expected seconds > 0, got {timeout_base!r}")
     for name in {t.mutant for t in tasks} - {None}:
         mutants.by_name(name)  # an unknown name is refused here, before any worker starts
     workers = max(1, min(workers, len(tasks)))
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    suites = [_suite(t.case_id) for t in tasks]
     impls.select(impl_specs)  # a bad spec is refused here, before any worker starts
     slots = [_Slot(context, w, workers, results, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers,
                    tuple(impl_specs)) for w in range(workers)]
@@ -175,6 +177,11 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
             slot.lo, slot.hi, donor.hi = cut, donor.hi, cut
         slot.lo += 1
         return slot.lo - 1
+
+    def fail(slot, index: int, reason: str):
+        """The task `slot` held fails with `reason`; a fresh worker takes the slot."""
+        record(index, gate.failed(_suite(tasks[index].case_id), tasks[index].case_id, reason))
+        restart(slot)
 
     def restart(slot):
         """A fresh worker in `slot`, unless no task is left or its workers keep dying before they begin."""
@@ -222,27 +229,24 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
             if not slot.proc.is_alive():
                 while drain(block=False):  # what it sent just before it died
                     pass
-                if slot.job is not None:
-                    why = _exit_reason(slot.proc.exitcode)
-                    if slot.started is None:
-                        slot.failed_starts += 1
-                        why += f" before it began (worker start {slot.failed_starts} of {MAX_FAILED_STARTS})"
-                    record(index, gate.failed(suites[index], tasks[index].case_id, f"crashed: {why}"))
-                else:
+                if slot.job is None:
                     slot.failed_starts = 0
-                restart(slot)
+                    restart(slot)
+                    continue
+                why = _exit_reason(slot.proc.exitcode)
+                if slot.started is None:
+                    slot.failed_starts += 1
+                    why += f" before it began (worker start {slot.failed_starts} of {MAX_FAILED_STARTS})"
+                fail(slot, index, f"crashed: {why}")
             elif slot.started is not None and now - slot.started > limit:
                 slot.proc.kill()
                 slot.proc.join()
-                record(index, gate.failed(suites[index], tasks[index].case_id, f"timed out after {limit:.0f} s"))
-                restart(slot)
+                fail(slot, index, f"timed out after {limit:.0f} s")
             elif slot.started is None and now - slot.sent > START_SECONDS:
                 slot.proc.kill()
                 slot.proc.join()
                 slot.failed_starts += 1
-                record(index, gate.failed(suites[index], tasks[index].case_id,
-                                          f"crashed: its worker did not start within {START_SECONDS:.0f} s"))
-                restart(slot)
+                fail(slot, index, f"crashed: its worker did not start within {START_SECONDS:.0f} s")
         if time.perf_counter() - shown >= runner.PROGRESS_SECONDS:
             line()
             shown = time.perf_counter()
@@ -251,7 +255,8 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
     while drain(block=False):
         pass
     line()
-    return [judged.get(i) or gate.failed(suites[i], t.case_id, "no worker judged it") for i, t in enumerate(tasks)]
+    return [judged.get(i) or gate.failed(_suite(t.case_id), t.case_id, "no worker judged it")
+            for i, t in enumerate(tasks)]
 
 
 def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr, on_verdict=None,

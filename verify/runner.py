@@ -71,12 +71,17 @@ def decode_verdict(case, device) -> Verdict:
 
 
 def kda_verdict(case, device) -> Verdict:
-    """Build, run and judge one KDA case: output and final state against the float64 recurrence."""
+    """Build, run and judge one KDA case on the KDA implementation in use: output and final state
+    against the float64 recurrence."""
     started = time.perf_counter()
     suite = suite_of(case)
+    impl = _IMPLS["kda"]
+    why = impl.skip_reason(case)
+    if why is not None:
+        return gate.skipped(suite, case.id, why)
     inputs = kda_cases.build(case, device, seed_of(case.id))
     try:
-        outputs, untouched = adapters.kda(inputs)
+        outputs, untouched = adapters.kda(inputs) if impl.fn is None else adapters.kda_with(impl.fn, inputs)
     except Exception as exc:
         return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
     judged, floor, floor_rms = floors.kda(inputs, outputs)
@@ -110,7 +115,8 @@ def regression_verdict(reg, device) -> Verdict:
         return gate.failed("regressions", reg.id, f"raised {type(exc).__name__}: {exc}", started)
 
 
-def _case_job(case) -> Job:
+def case_job(case) -> Job:
+    """The job that judges `case`."""
     return Job(suite_of(case), case.id, lambda device, c=case: case_verdict(c, device))
 
 
@@ -120,7 +126,7 @@ def job_for_id(case_id: str) -> Job:
         reg = regressions.by_name(case_id[len("probe-"):])
         return Job("regressions", reg.id, lambda device: regression_verdict(reg, device))
     case_type = kda_cases.KdaCase if case_id.startswith("kda-") else decode_cases.DecodeCase
-    return _case_job(case_type.from_id(case_id))
+    return case_job(case_type.from_id(case_id))
 
 
 def regression_jobs(tier: str) -> list[Job]:
@@ -135,7 +141,7 @@ def regression_jobs(tier: str) -> list[Job]:
 
 def jobs(tier: str) -> list[Job]:
     """Every job of a tier, suites in a fixed order."""
-    out = [_case_job(c) for c in decode_matrix(tier) + kda_cases.kda_cases(tier)]
+    out = [case_job(c) for c in decode_matrix(tier) + kda_cases.kda_cases(tier)]
     out += regression_jobs(tier)
     order = {"decode-onepass": 0, "decode-split": 1, "decode-auto": 2, "kda-unsegmented": 3, "kda-segmented": 4,
              "kda-auto": 5, "regressions": 6}
