@@ -63,10 +63,12 @@ MUTANTS = (
     Mutant("wild-output-store", "kernels.paged_decode.partition", _API, "_partition",
            "o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op",
            "o_off = seq.to(tl.int64) * s_oi + (1 << 44) + tok[:, None] * s_op"),
+    # The spin reads memory as volatile: a loop without effects would be deleted by the
+    # GPU compiler (it may assume loops end), and the kernel would finish correct.
     Mutant("endless-loop", "kernels.paged_decode.partition", _API, "_partition",
            "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n",
            "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n    spin = part_lo\n"
-           "    while spin <= part_hi:\n        spin += tl.load(seq_lens_ptr + seq) * 0\n"),
+           "    while spin <= part_hi:\n        spin += tl.minimum(tl.load(seq_lens_ptr + seq, volatile=True), 0)\n"),
     Mutant("nan-unused-v-slots", "kernels.paged_decode.partition", _API, "_partition",
            "v = tl.where(keys[:, None] < kv_hi, v, 0.0)", "v = tl.where(keys[:, None] < table_hi, v, 0.0)"),
     Mutant("nan-unused-v-scales", "kernels.paged_decode.partition", _API, "_partition",
