@@ -1,11 +1,12 @@
-"""Paired A/B timing on a GPU: CUDA-graph replay, ABBA order, median ratio.
+"""Timing on a GPU: CUDA-graph replay, mirrored order, medians.
 
 Each variant is captured once in a CUDA graph that repeats its call `calls`
-times; a round replays A, B, B, A and records each replay's time with CUDA
-events. The ratio of a round is (time of B) / (time of A) over its two
-replays of each; the result is the median over rounds, with the median times
-per call. Both variants live in one process on one device, so clocks, cache
-state and launch overhead are shared.
+times. `paired` times two variants in ABBA rounds; `interleaved` times any
+number in rounds of the order forward then backward (A B C C B A). A round's
+ratio of a variant is its time over the first variant's, both summed over the
+round's two replays; results are medians over rounds, with the per-round
+ratio spread. All variants live in one process on one device, so clocks,
+cache state and launch overhead are shared.
 """
 
 import statistics
@@ -63,3 +64,48 @@ def paired(fn_a, fn_b, *, calls: int = 10, rounds: int = 20) -> Paired:
     scale = 1000.0 / calls
     return Paired(statistics.median(a_times) * scale, statistics.median(b_times) * scale,
                   statistics.median(ratios), (min(ratios), max(ratios)))
+
+
+@dataclass(frozen=True)
+class Timed:
+    us: float  # median per-call time
+    ratio: float  # median per-round ratio to the first variant
+    spread: tuple  # (min, max) of the per-round ratios
+
+
+def interleaved(fns: dict, *, calls: int = 10, rounds: int = 20) -> dict:
+    """{name: Timed} for every variant of `fns` ({name: fn}), the first one the base of the ratios."""
+    names = list(fns)
+    graphs = {name: _graph(fns[name], calls) for name in names}
+    for name in names + names[::-1]:
+        _replay_ms(graphs[name])
+    times = {name: [] for name in names}
+    ratios = {name: [] for name in names}
+    for _ in range(rounds):
+        this = {name: 0.0 for name in names}
+        for name in names + names[::-1]:
+            ms = _replay_ms(graphs[name])
+            times[name].append(ms)
+            this[name] += ms
+        for name in names:
+            ratios[name].append(this[name] / this[names[0]])
+    scale = 1000.0 / calls
+    return {name: Timed(statistics.median(times[name]) * scale, statistics.median(ratios[name]),
+                        (min(ratios[name]), max(ratios[name]))) for name in names}
+
+
+def copy_tbps(*, gib: int = 1, rounds: int = 20) -> float:
+    """Device-to-device copy bandwidth in TB/s (bytes read plus bytes written), median of graph replays."""
+    n = gib << 30
+    src = torch.randn(n // 4, device="cuda")
+    dst = torch.empty_like(src)
+    # An elementwise kernel, not cudaMemcpy: the driver's device-to-device memcpy reaches
+    # about two thirds of what a kernel streaming the same bytes does (2.7 against 4.2 TB/s on an H200).
+    graph = _graph(lambda: torch.neg(src, out=dst), 1)
+    warm_ms = 0.0
+    while warm_ms < 300:  # an idle GPU's clocks take a while to rise
+        warm_ms += _replay_ms(graph)
+    times = [_replay_ms(graph) for _ in range(rounds)]
+    del src, dst, graph
+    torch.cuda.empty_cache()
+    return 2 * n / (statistics.median(times) * 1e-3) / 1e12

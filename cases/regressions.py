@@ -63,6 +63,10 @@ DECODE_REGRESSIONS = (
     Regression("nan-unused-v-slots",
                "NaN bytes in the unused slots of a sequence's last page reached the output via 0 * NaN",
                case=_decode(lens=(17, 1), path="onepass", tag="nanslots")),
+    Regression("nan-unused-v-scales",
+               "inf and NaN per-token V scales of the unused slots past a sequence's end reached the "
+               "output via 0 * inf once only the tile at the end masked them",
+               case=_decode(lens=(33, 2), path="onepass", tag="nanscales")),
     Regression("empty-partitions",
                "partitions that saw no key left NaN scratch that the reduce folded in; "
                "seq_len 0 rows came back as 0 / 0",

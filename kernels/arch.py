@@ -4,6 +4,7 @@ Kernels take these answers as constexprs chosen on the host, so one kernel body
 serves a compiled GPU (AMD or NVIDIA) and the Triton interpreter on CPU.
 """
 
+import functools
 import os
 
 import torch
@@ -35,16 +36,25 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+@functools.lru_cache(maxsize=None)
+def _gpu(index: int) -> tuple[str, int]:
+    """(arch name, multiprocessor count) of GPU `index`: read once, they cannot change."""
+    props = torch.cuda.get_device_properties(index)
+    gcn = getattr(props, "gcnArchName", "")
+    name = gcn.split(":")[0] if torch.version.hip and gcn else f"sm{props.major}{props.minor}"
+    return name, props.multi_processor_count
+
+
+def _index(device: torch.device) -> int:
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 def arch_name(device: torch.device) -> str:
     """'gfx942', 'sm90', ... for a GPU device; 'cpu' for the interpreter."""
     device = torch.device(device)
     if device.type != "cuda" or interpreting():
         return "cpu"
-    props = torch.cuda.get_device_properties(device)
-    gcn = getattr(props, "gcnArchName", "")
-    if torch.version.hip and gcn:
-        return gcn.split(":")[0]
-    return f"sm{props.major}{props.minor}"
+    return _gpu(_index(device))[0]
 
 
 def cu_count(device: torch.device) -> int:
@@ -64,7 +74,7 @@ def cu_count(device: torch.device) -> int:
         return value
     device = torch.device(device)
     if device.type == "cuda" and not interpreting():
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _gpu(_index(device))[1]
     return 1
 
 

@@ -165,3 +165,42 @@ def test_device_checks_are_opt_in_on_a_gpu_and_always_on_under_the_interpreter(m
     assert not validate.wanted(None) and not validate.wanted(False) and validate.wanted(True)
     monkeypatch.setenv("QUANTFLOOR_VALIDATE", "1")
     assert validate.wanted(None) and not validate.wanted(False)
+
+
+@pytest.mark.parametrize("bad, argument", [
+    ({"force_split": 1}, "force_split"),  # equal to True and hashed alike: the type must tell them apart
+    ({"workspace": [1]}, "workspace"),
+    ({"scale": float("nan")}, "scale"),
+    ({"sliding_window": True}, "sliding_window"),
+    ({"max_seq_len": 640.0}, "max_seq_len"),
+])
+def test_a_bad_argument_raises_after_good_calls_of_the_same_shapes(inputs, bad, argument):
+    """The entry runs its checks once per argument signature; a bad value never rides on a good call's."""
+    good = {"force_split": True, "workspace": {}, "scale": inputs.scale, "sliding_window": 1,
+            "max_seq_len": 640}
+    _call(inputs, **{argument: good[argument]})
+    _call(inputs, **{argument: good[argument]})
+    with pytest.raises((TypeError, ValueError), match=argument):
+        _call(inputs, **bad)
+
+
+def test_launch_configs_are_data_per_arch():
+    from kernels.paged_decode import tuning
+    sm90 = tuning.TABLES["sm90"]
+    assert tuning.config("sm90", 64) == sm90.rows[0]
+    assert tuning.config("sm90", 256) == next(r for r in sm90.rows if r.max_head_dim >= 256)
+    assert tuning.config("gfx1250", 128) == tuning.DEFAULT.rows[0]
+    with pytest.raises(ValueError, match="head_dim"):
+        tuning.config("sm90", 512)
+    assert decode_plan.split_archs() == tuple(a for a, t in tuning.TABLES.items() if t.split)
+
+
+def test_launch_keys_on_what_triton_specializes():
+    from kernels import launch
+    buf = torch.zeros(64, dtype=torch.uint8)
+    assert launch._spec(buf) != launch._spec(buf[1:])  # 16-byte aligned or not
+    assert launch._spec(buf) != launch._spec(buf.view(torch.int8))
+    assert launch._spec(1) != launch._spec(17)  # 1 is a constant to Triton
+    assert launch._spec(32) != launch._spec(33)  # divisible by 16 or not
+    assert launch._spec(32) != launch._spec(32 << 31)  # 32 or 64 bits
+    assert launch._spec(2.0) == launch._spec(3.0)  # floats are not specialized

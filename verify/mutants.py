@@ -44,7 +44,9 @@ class Mutant:
 _API = "kernels.paged_decode.api"
 _KDA = "kernels.kda.api"
 # The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
-_KS_LOAD = "ks = tl.load(k_scale_ptr + page * ks_blk + kvh * ks_head + slot * ks_slot, mask=key_ok, other=0.0)\n"
+_KS_LOAD = ("        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot\n"
+            "        ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])\n")
+_K_TILE = "tl.trans(tl.reshape(to_f32(k, FP8_MODE).to(DOT), [BLOCK_N, D]))"
 
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
@@ -61,18 +63,22 @@ MUTANTS = (
     Mutant("wild-output-store", "kernels.paged_decode.partition", _API, "_partition",
            "o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op",
            "o_off = seq.to(tl.int64) * s_oi + (1 << 44) + tok[:, None] * s_op"),
+    # The spin reads memory as volatile: a loop without effects would be deleted by the
+    # GPU compiler (it may assume loops end), and the kernel would finish correct.
     Mutant("endless-loop", "kernels.paged_decode.partition", _API, "_partition",
            "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n",
            "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n    spin = part_lo\n"
-           "    while spin <= part_hi:\n        spin += tl.load(seq_lens_ptr + seq) * 0\n"),
+           "    while spin <= part_hi:\n        spin += tl.minimum(tl.load(seq_lens_ptr + seq, volatile=True), 0)\n"),
     Mutant("nan-unused-v-slots", "kernels.paged_decode.partition", _API, "_partition",
-           "v_keep = key_ok[:, None]", "v_keep = page_ok[:, None]"),
+           "v = tl.where(keys[:, None] < kv_hi, v, 0.0)", "v = tl.where(keys[:, None] < table_hi, v, 0.0)"),
+    Mutant("nan-unused-v-scales", "kernels.paged_decode.partition", _API, "_partition",
+           "vs = tl.where(keys < kv_hi, vs, 0.0)", "vs = vs"),
     Mutant("empty-partitions", "kernels.paged_decode.reduce", _API, "_reduce",
            "seen = l_j > 0", "seen = l_j == l_j"),
     Mutant("cu-num-ignored", "kernels.arch", _API, "_arch",
            'env = os.environ.get("CU_NUM")', "env = None"),
     Mutant("v-scale-strides", _API, "kernels.paged_decode", "paged_attention_decode",
-           "*ks_st, *vs_st, *ws_strides,", "*ks_st, *ks_st, *ws_strides,",
+           "*call.ks_st, *call.vs_st, *ws_strides)", "*call.ks_st, *call.ks_st, *ws_strides)",
            take="paged_attention_decode"),
     Mutant("reduce-batch-stride", "kernels.paged_decode.reduce", _API, "_reduce",
            "ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head", "ws_base = kvh * ws_head"),
@@ -93,17 +99,15 @@ MUTANTS = (
     Mutant("cache-through-fp16", "kernels.paged_decode.partition", _API, "_partition",
            "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)"),
     Mutant("k-scale-folded-fp16", "kernels.paged_decode.partition", _API, "_partition",
-           "        k = to_f32(k, FP8_MODE).to(DOT)\n"
-           "        s = tl.dot(q, k) * qk_scale\n"
-           "        if PER_TOKEN_SCALE:\n"
-           "            " + _KS_LOAD +
-           "            s = s * ks[None, :]\n",
-           "        if PER_TOKEN_SCALE:\n"
-           "            " + _KS_LOAD +
-           "            k = (to_f32(k, FP8_MODE) * ks[None, :]).to(tl.float16)\n"
-           "            s = tl.dot(q.to(tl.float32).to(tl.float16), k) * qk_scale\n"
-           "        else:\n"
-           "            s = tl.dot(q, to_f32(k, FP8_MODE).to(DOT)) * qk_scale\n"),
+           "    k = " + _K_TILE + "\n"
+           "    s = tl.dot(q, k) * qk_scale\n"
+           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
+           "        s = s * tl.reshape(ks, [BLOCK_N])[None, :]\n",
+           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
+           "        k = tl.trans(tl.reshape(to_f32(k, FP8_MODE) * ks[:, :, None], [BLOCK_N, D]).to(tl.float16))\n"
+           "        s = tl.dot(q.to(tl.float32).to(tl.float16), k) * qk_scale\n"
+           "    else:\n"
+           "        s = tl.dot(q, " + _K_TILE + ") * qk_scale\n"),
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
            "S = tl.zeros([K, BV], dtype=tl.float32)"),

@@ -11,14 +11,17 @@ give zeros.
 
 import math
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 import triton.language as tl
 
 from kernels import arch as _arch
+from kernels import launch as _launch
 from kernels.paged_decode import partition as _partition
 from kernels.paged_decode import plan as _plan
 from kernels.paged_decode import reduce as _reduce
+from kernels.paged_decode import tuning as _tuning
 from kernels.paged_decode import validate as _validate
 from kernels.paged_decode import workspace as _workspace
 
@@ -80,11 +83,14 @@ def _cache_geometry(name, cache, layout, num_kv_heads, head_dim, is_value):
     return nb, bs, geo
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _scale_args(name, value, device, nb, hkv, bs):
-    """(tensor, per_token, strides) of one dequantization scale."""
-    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = 1.0 if value is None else float(value)
-        return torch.full((1,), value, dtype=torch.float32, device=device), False, (0, 0, 0)
+    """(per_token, strides) of one dequantization scale."""
+    if value is None or _is_number(value):
+        return False, (0, 0, 0)
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected None, a float or a float32 tensor, got {type(value).__name__}")
     if value.dtype != torch.float32:
@@ -92,18 +98,51 @@ def _scale_args(name, value, device, nb, hkv, bs):
     if value.device != device:
         raise ValueError(f"{name}: expected a tensor on {device}, got {value.device}")
     if value.numel() == 1 and value.dim() <= 1:
-        return value, False, (0, 0, 0)
+        return False, (0, 0, 0)
     if tuple(value.shape) != (nb, hkv, bs):
         raise ValueError(f"{name}: expected a per-tensor scale (one element) or per-token "
                          f"[num_blocks, Hkv, block_size] = {[nb, hkv, bs]}, got shape {tuple(value.shape)}")
-    return value, True, value.stride()
+    return True, value.stride()
 
 
-def _key_tile(head_dim: int) -> int:
-    """Keys per loop step: register-sized on a GPU; large under the interpreter, whose cost is per step."""
-    if _arch.interpreting():
-        return 256
-    return 64 if head_dim <= 128 else 32
+def _scale_tensor(value, device) -> torch.Tensor:
+    """A scale as the kernel reads it: the caller's tensor, or a new one-element tensor for a number
+    (made on every call: a tensor kept from a call under CUDA-graph capture would never be filled)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.full((1,), 1.0 if value is None else float(value), dtype=torch.float32, device=device)
+
+
+def _tensor_key(t):
+    if isinstance(t, torch.Tensor):
+        return t.dtype, t.shape, t.stride(), t.device
+    return type(t), t if t is None or isinstance(t, (int, float, str)) else id(t)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the checks of one argument signature found, and what the launch needs from them."""
+
+    device: torch.device
+    num_seqs: int
+    num_q: int
+    head_dim: int
+    num_kv_heads: int
+    group: int
+    num_blocks: int
+    block_size: int
+    max_seq_len: int
+    kgeo: dict
+    vgeo: dict
+    per_token: bool
+    ks_st: tuple
+    vs_st: tuple
+    strides: tuple  # out (3), query (3), block_tables (1)
+    fp8_bits: bool  # the caches are read as their uint8 codes
+    constexprs: dict
+
+
+_CALLS: dict = {}
 
 
 def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -138,6 +177,69 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
                  (a device sync): True/False; None follows QUANTFLOOR_VALIDATE=1. Always on under the
                  Triton interpreter. scale is checked on every call (finite and > 0).
     """
+    key = (*map(_tensor_key, (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)),
+           type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
+           type(partition_size), partition_size, type(force_split), force_split, type(workspace))
+    call = _CALLS.get(key)
+    if call is None:
+        call = _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
+                        sliding_window, layout, max_seq_len, partition_size, force_split, workspace)
+        if len(_CALLS) > 1024:
+            _CALLS.clear()
+        _CALLS[key] = call
+    if _validate.wanted(validate):
+        _validate.check_tables(block_tables, seq_lens, num_blocks=call.num_blocks, block_size=call.block_size,
+                               max_seq_len=call.max_seq_len, window=sliding_window, num_queries=call.num_q)
+    if call.num_seqs == 0:
+        return out
+
+    device = call.device
+    if call.fp8_bits:
+        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
+    ks, vs = _scale_tensor(k_scale, device), _scale_tensor(v_scale, device)
+    num_seqs, num_kv_heads, head_dim, kgeo, vgeo = call.num_seqs, call.num_kv_heads, call.head_dim, call.kgeo, call.vgeo
+    plan = _plan.plan_decode(
+        num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=call.max_seq_len, num_queries=call.num_q,
+        window=sliding_window, block_size=call.block_size, partition_size=partition_size,
+        cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split)
+    rows = call.group * call.num_q
+    if plan.split:
+        store = workspace if workspace is not None else _workspace.default_store(device)
+        m_ws, l_ws, acc_ws = _workspace.acquire(
+            store, device, (num_seqs, num_kv_heads, plan.p2, rows), (num_seqs, num_kv_heads, plan.p2, rows, head_dim))
+    else:
+        m_ws = l_ws = acc_ws = out
+    ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
+    common = call.constexprs
+    launch = _tuning.config(_arch.arch_name(device), head_dim)
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+        _launch.launch(_partition.decode_partition_kernel, (num_seqs, num_kv_heads, plan.n_part), (
+            out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
+            m_ws, l_ws, acc_ws,
+            float(scale), sliding_window, plan.part_size,
+            *call.strides,
+            kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
+            vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
+            *call.ks_st, *call.vs_st, *ws_strides),
+            dict(NUM_KV_HEADS=num_kv_heads, G=common["G"], Q=common["Q"], M_PAD=common["M_PAD"], D=head_dim,
+                 BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
+                 # keys that share a cache block and sit one stride apart in both caches
+                 CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
+                 V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
+                 SPLIT=plan.split),
+            num_warps=launch.num_warps, num_stages=launch.num_stages,
+            **({} if launch.maxnreg is None else {"maxnreg": launch.maxnreg}))
+        if plan.split:
+            _launch.launch(_reduce.decode_reduce_kernel, (num_seqs, num_kv_heads), (
+                out, m_ws, l_ws, acc_ws, plan.n_part, *call.strides[:3], *ws_strides),
+                dict(G=common["G"], Q=common["Q"], M_PAD=common["M_PAD"], D=head_dim), num_warps=4, num_stages=1)
+    return out
+
+
+def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
+             sliding_window, layout, max_seq_len, partition_size, force_split, workspace) -> _Call:
+    """Every check of the entry's arguments that their shapes, dtypes, strides, devices and host values
+    decide; raises a named error, or returns what the launch needs."""
     _check_tensor("query", query, _QUERY_DTYPES, (3, 4))
     q4 = query if query.dim() == 4 else query.unsqueeze(1)
     num_seqs, num_q, num_heads, head_dim = q4.shape
@@ -195,55 +297,21 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         raise ValueError(f"max_seq_len: expected a host int >= 0, got {max_seq_len!r}")
     if not isinstance(partition_size, int) or partition_size < bs or partition_size % bs:
         raise ValueError(f"partition_size: expected a positive multiple of block_size={bs}, got {partition_size!r}")
-    if force_split not in (None, True, False):
+    if force_split is not None and not isinstance(force_split, bool):
         raise ValueError(f"force_split: expected None, True or False, got {force_split!r}")
     if workspace is not None and not isinstance(workspace, dict):
         raise TypeError(f"workspace: expected None or a dict, got {type(workspace).__name__}")
-    ks, ks_tok, ks_st = _scale_args("k_scale", k_scale, device, nb, num_kv_heads, bs)
-    vs, vs_tok, vs_st = _scale_args("v_scale", v_scale, device, nb, num_kv_heads, bs)
+    ks_tok, ks_st = _scale_args("k_scale", k_scale, device, nb, num_kv_heads, bs)
+    vs_tok, vs_st = _scale_args("v_scale", v_scale, device, nb, num_kv_heads, bs)
     if ks_tok != vs_tok:
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
-    if _validate.wanted(validate):
-        _validate.check_tables(block_tables, seq_lens, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len,
-                               window=sliding_window, num_queries=num_q)
-    if num_seqs == 0:
-        return out
-
     fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
-    if fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ):
-        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
-    plan = _plan.plan_decode(
-        num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=max_seq_len, num_queries=num_q,
-        window=sliding_window, block_size=bs, partition_size=partition_size,
-        cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split)
     rows = group * num_q
-    m_pad = max(16, 1 << (rows - 1).bit_length())
-    if plan.split:
-        store = workspace if workspace is not None else _workspace.default_store(device)
-        m_ws, l_ws, acc_ws = _workspace.acquire(
-            store, device, (num_seqs, num_kv_heads, plan.p2, rows), (num_seqs, num_kv_heads, plan.p2, rows, head_dim))
-    else:
-        m_ws = l_ws = acc_ws = out
-    ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
-    common = dict(G=group, Q=num_q, M_PAD=m_pad, D=head_dim)
-    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
-        _partition.decode_partition_kernel[(num_seqs, num_kv_heads, plan.n_part)](
-            out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
-            m_ws, l_ws, acc_ws,
-            float(scale), sliding_window, plan.part_size,
-            o4.stride(0), o4.stride(1), o4.stride(2),
-            q4.stride(0), q4.stride(1), q4.stride(2),
-            block_tables.stride(0),
-            kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["shi"], kgeo["slo"],
-            vgeo["blk"], vgeo["head"], vgeo["dhi"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
-            *ks_st, *vs_st, *ws_strides,
-            NUM_KV_HEADS=num_kv_heads, BLOCK_SIZE=bs, BLOCK_N=_key_tile(head_dim),
-            K_DX=kgeo["dx"], K_SX=kgeo["sx"], V_DX=vgeo["dx"], V_SX=vgeo["sx"],
-            FP8_MODE=fp8_mode, PER_TOKEN_SCALE=ks_tok, DOT=_TL[dot_dtype(query.dtype, device)],
-            SPLIT=plan.split, num_warps=4, **common)
-        if plan.split:
-            _reduce.decode_reduce_kernel[(num_seqs, num_kv_heads)](
-                out, m_ws, l_ws, acc_ws, plan.n_part,
-                o4.stride(0), o4.stride(1), o4.stride(2), *ws_strides, num_warps=4, **common)
-    return out
-
+    constexprs = dict(G=group, Q=num_q, M_PAD=max(16, 1 << (rows - 1).bit_length()),
+                      FP8_MODE=fp8_mode, DOT=_TL[dot_dtype(query.dtype, device)])
+    return _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
+                 group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
+                 per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,
+                 strides=(*o4.stride()[:3], *q4.stride()[:3], block_tables.stride(0)),
+                 fp8_bits=fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ),
+                 constexprs=constexprs)

@@ -3,7 +3,7 @@
 For kv head h of sequence i, the program holds all M = Q * G query rows that
 read h (row r is query token p = r // G of query head h * G + r % G), padded to
 M_PAD >= 16 for `tl.dot`, and walks the keys of its partition in tiles of
-BLOCK_N with an fp32 online softmax:
+BLOCK_N (`attend_tile`) with an fp32 online softmax:
 
     s_rj  = scale * k_scale_j * (q_r . k_j)          visible keys only
     m_r   = max_j s_rj,   l_r = sum_j exp(s_rj - m_r)
@@ -13,22 +13,31 @@ Row r (token p) at absolute position L - Q + p sees keys
 [max(0, L - Q + 1 + p - W), L - Q + 1 + p) for a window W > 0, [0, L - Q + 1 + p)
 otherwise. The program covers keys [kv_lo, L) where kv_lo is row 0's first key;
 partition j of that range is [base + j * PART, base + (j + 1) * PART), with
-base = kv_lo rounded down to a cache block.
+base = kv_lo rounded down to a cache block. Tiles that end at or before L
+hold only written slots; at most one tail tile reaches past L, and only it
+zeroes the V rows and V scales there (unused slots may hold NaN bytes and
+inf or NaN scales).
 
 SPLIT = False: one partition; the program writes out = acc / l (0 where l = 0).
 SPLIT = True : the program writes m and l of every row, and acc only when its
 partition holds a key; the reduce kernel merges the partitions.
 
-Cache addressing is one formula for every layout: the element of (block b,
-kv head h, slot s, dim d) lives at
+A tile is BLOCK_N // CHUNK chunks of CHUNK keys that share a cache block, so
+a chunk's block id b is read once. The host sets the strides for the shuffled
+or plain layout: key element (slot s, dim d) of kv head h lives at
 
-    b*s_blk + h*s_head + (d // DX)*s_dhi + (d % DX)*s_dlo + (s // SX)*s_shi + (s % SX)*s_slo
+    b*k_blk + h*k_head + s*k_slo + (d // K_DX)*k_dhi + (d % K_DX)*k_dlo
 
-(the host sets the strides and the divisors DX, SX for the shuffled or plain
-layout). fp8 values are decoded exactly to fp32 (natively or from their bits),
-fed to `tl.dot` in DOT dtype (bf16/fp16 hold every fp8 value exactly), and the
-scales are applied to scores and probabilities in fp32. Where DOT is narrower
-than fp32, P enters the PV product as two DOT terms, P_hi + (P - P_hi).
+and value element (s, d) at
+
+    b*v_blk + h*v_head + (s // V_SX)*v_shi + (s % V_SX)*v_slo + d*v_dlo.
+
+Tiles are loaded as [chunk, key, dim] blocks so the contiguous axis (dims of
+K; keys of a shuffled V, dims of a plain one) is the vector axis of the
+loads. fp8 values are decoded exactly to fp32 (natively or from their bits),
+fed to `tl.dot` in DOT dtype (bf16/fp16 hold every fp8 value exactly), and
+the scales are applied to scores and probabilities in fp32. Where DOT is
+narrower than fp32, P enters the PV product as two DOT terms, P_hi + (P - P_hi).
 """
 
 import triton
@@ -65,6 +74,74 @@ def to_f32(raw, FP8_MODE: tl.constexpr):
 
 
 @triton.jit
+def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
+                k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
+                v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
+                D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
+                V_SX: tl.constexpr, FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
+                TAIL: tl.constexpr):
+    """Fold keys [start, start + BLOCK_N) into the online softmax state (acc, m_i, l_i).
+
+    The tile is BLOCK_N // CHUNK chunks of CHUNK keys; a chunk never crosses a cache block, so
+    its block id is read once and its keys sit one stride apart (the vector axis of the loads).
+    TAIL: the tile reaches past the sequence end, where unused slots may hold NaN bytes.
+    """
+    NC: tl.constexpr = BLOCK_N // CHUNK
+    lanes = tl.arange(0, CHUNK)
+    dims = tl.arange(0, D)
+    keys = start + tl.arange(0, BLOCK_N)
+    key_ok = (keys >= kv_lo) & (keys < part_hi)
+    first = start + tl.arange(0, NC) * CHUNK
+    # Whole blocks of the table are readable; keys outside the partition are masked from the scores.
+    page_ok = (first >= 0) & (first < table_hi)
+    page = tl.load(bt_ptr + seq.to(tl.int64) * s_bti + first // BLOCK_SIZE, mask=page_ok, other=0)
+    page = page.to(tl.int64)
+    slot = tl.multiple_of(first % BLOCK_SIZE, CHUNK)  # tiles start on chunk boundaries
+
+    k_base = page * k_blk + kvh * k_head + slot * k_slo
+    k_off = k_base[:, None, None] + lanes[None, :, None] * k_slo + k_dim_off[None, None, :]
+    k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
+    k = tl.trans(tl.reshape(to_f32(k, FP8_MODE).to(DOT), [BLOCK_N, D]))
+    s = tl.dot(q, k) * qk_scale
+    if PER_TOKEN_SCALE:
+        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot
+        ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])
+        s = s * tl.reshape(ks, [BLOCK_N])[None, :]
+    visible = (keys[None, :] >= row_lo[:, None]) & (keys[None, :] < row_hi[:, None]) & key_ok[None, :]
+    s = tl.where(visible, s, float("-inf"))
+
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+
+    v_base = page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo
+    v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + dims[None, None, :] * v_dlo
+    v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
+    v = tl.reshape(to_f32(v, FP8_MODE), [BLOCK_N, D])
+    if TAIL:
+        # Unused slots past the sequence end may hold NaN bytes: their p is 0, but 0 * NaN is NaN.
+        v = tl.where(keys[:, None] < kv_hi, v, 0.0)
+    v = v.to(DOT)
+    if PER_TOKEN_SCALE:
+        vs_off = page * vs_blk + kvh * vs_head + slot * vs_slot
+        vs = tl.reshape(tl.load(v_scale_ptr + vs_off[:, None] + lanes[None, :] * vs_slot, mask=page_ok[:, None]),
+                        [BLOCK_N])
+        if TAIL:
+            vs = tl.where(keys < kv_hi, vs, 0.0)
+        p = p * vs[None, :]
+    p_dot = p.to(DOT)
+    pv = tl.dot(p_dot, v)
+    if DOT != tl.float32:
+        # P rounded to bf16 is off by up to 2^-9 of itself (a row that sees one key with a
+        # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
+        pv += tl.dot((p - p_dot.to(tl.float32)).to(DOT), v)
+    acc = acc * alpha[:, None] + pv
+    return acc, m_new, l_i
+
+
+@triton.jit
 def decode_partition_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, k_scale_ptr, v_scale_ptr,
     m_ws_ptr, l_ws_ptr, acc_ws_ptr,
@@ -72,14 +149,14 @@ def decode_partition_kernel(
     s_oi, s_op, s_oh,
     s_qi, s_qp, s_qh,
     s_bti,
-    k_blk, k_head, k_dhi, k_dlo, k_shi, k_slo,
-    v_blk, v_head, v_dhi, v_dlo, v_shi, v_slo,
+    k_blk, k_head, k_dhi, k_dlo, k_slo,
+    v_blk, v_head, v_dlo, v_shi, v_slo,
     ks_blk, ks_head, ks_slot,
     vs_blk, vs_head, vs_slot,
     ws_seq, ws_head, ws_part,
     NUM_KV_HEADS: tl.constexpr, G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr,
-    D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    K_DX: tl.constexpr, K_SX: tl.constexpr, V_DX: tl.constexpr, V_SX: tl.constexpr,
+    D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
+    K_DX: tl.constexpr, V_SX: tl.constexpr,
     FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
     SPLIT: tl.constexpr,
 ):
@@ -118,50 +195,22 @@ def decode_partition_kernel(
     l_i = tl.zeros([M_PAD], tl.float32)
     acc = tl.zeros([M_PAD, D], tl.float32)
     k_dim_off = (dims // K_DX) * k_dhi + (dims % K_DX) * k_dlo
-    v_dim_off = (dims // V_DX) * v_dhi + (dims % V_DX) * v_dlo
 
-    for start in range(part_lo, part_hi, BLOCK_N):
-        keys = start + tl.arange(0, BLOCK_N)
-        key_ok = (keys >= kv_lo) & (keys < part_hi)
-        page_ok = (keys >= 0) & (keys < ((kv_hi + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE)
-        page = tl.load(bt_ptr + seq.to(tl.int64) * s_bti + keys // BLOCK_SIZE, mask=page_ok, other=0)
-        page = page.to(tl.int64)
-        slot = keys % BLOCK_SIZE
-
-        k_off = (page * k_blk + kvh * k_head + (slot // K_SX) * k_shi + (slot % K_SX) * k_slo)
-        # Whole pages are readable; keys outside the partition are masked out of the scores below.
-        k = tl.load(k_ptr + k_off[None, :] + k_dim_off[:, None], mask=page_ok[None, :])
-        k = to_f32(k, FP8_MODE).to(DOT)
-        s = tl.dot(q, k) * qk_scale
-        if PER_TOKEN_SCALE:
-            ks = tl.load(k_scale_ptr + page * ks_blk + kvh * ks_head + slot * ks_slot, mask=key_ok, other=0.0)
-            s = s * ks[None, :]
-        visible = (keys[None, :] >= row_lo[:, None]) & (keys[None, :] < row_hi[:, None]) & key_ok[None, :]
-        s = tl.where(visible, s, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
-
-        # V rows of keys outside the partition (unused slots may hold NaN bytes) are zeroed:
-        # their p is 0, but 0 * NaN is NaN.
-        v_keep = key_ok[:, None]
-        v_off = (page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo)
-        v = tl.load(v_ptr + v_off[:, None] + v_dim_off[None, :], mask=page_ok[:, None])
-        v = tl.where(v_keep, to_f32(v, FP8_MODE), 0.0).to(DOT)
-        if PER_TOKEN_SCALE:
-            vs = tl.load(v_scale_ptr + page * vs_blk + kvh * vs_head + slot * vs_slot, mask=key_ok, other=0.0)
-            p = p * vs[None, :]
-        p_dot = p.to(DOT)
-        pv = tl.dot(p_dot, v)
-        if DOT != tl.float32:
-            # P rounded to bf16 is off by up to 2^-9 of itself (a row that sees one key with a
-            # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
-            pv += tl.dot((p - p_dot.to(tl.float32)).to(DOT), v)
-        acc = acc * alpha[:, None] + pv
+    # Tiles that end at or before the sequence end; then at most one tail tile.
+    table_hi = ((kv_hi + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
+    body_hi = tl.minimum(part_hi, kv_hi - BLOCK_N + 1)
+    args = (seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
+            k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
+            v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot)
+    for start in range(part_lo, body_hi, BLOCK_N):
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, start, *args, D=D, BLOCK_SIZE=BLOCK_SIZE,
+                                    BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
+                                    PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, TAIL=False)
+    tail = part_lo + tl.maximum(tl.cdiv(body_hi - part_lo, BLOCK_N), 0) * BLOCK_N
+    if tail < part_hi:
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, tail, *args, D=D, BLOCK_SIZE=BLOCK_SIZE,
+                                    BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
+                                    PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, TAIL=True)
 
     if not PER_TOKEN_SCALE:
         acc = acc * tl.load(v_scale_ptr).to(tl.float32)

@@ -6,11 +6,12 @@ attends. The split spreads that walk over partitions when it pays:
 - keys attended per sequence: eff = min(max_seq_len, W + Q - 1) for a window
   W > 0, else max_seq_len; the walk starts at a cache-block boundary, so the
   partitions must cover eff + block_size - 1 keys;
-- auto mode splits only on an allowed arch (`QUANTFLOOR_SPLIT_ARCH`, a comma
-  list, overrides the default) and only when the grid of num_seqs * Hkv
-  programs underfills the device or the walk is long (at least
-  LONG_WALK_PARTS partitions of `partition_size`);
-- the partition count is capped near 2 programs per CU; when capped, the
+- auto mode splits only on an allowed arch (those whose table in
+  `kernels.paged_decode.tuning` says so; `QUANTFLOOR_SPLIT_ARCH`, a comma
+  list, overrides them) and only when the grid of num_seqs * Hkv programs
+  underfills the device or the walk is long (at least LONG_WALK_PARTS
+  partitions of `partition_size`);
+- the partition count is capped near the arch's programs per CU; when capped, the
   partition grows (block aligned, never below `partition_size`) so that the
   partitions still cover every key;
 - the workspace's partition dim is the count rounded up to a power of two.
@@ -19,9 +20,9 @@ attends. The split spreads that walk over partitions when it pays:
 import os
 from dataclasses import dataclass
 
-DEFAULT_SPLIT_ARCHS = ("gfx950", "sm90")
+from kernels.paged_decode import tuning
+
 LONG_WALK_PARTS = 8
-PROGRAMS_PER_CU = 2
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def split_archs() -> tuple[str, ...]:
     """The archs where the auto path may split."""
     env = os.environ.get("QUANTFLOOR_SPLIT_ARCH")
     if env is None:
-        return DEFAULT_SPLIT_ARCHS
+        return tuple(arch for arch, table in tuning.TABLES.items() if table.split)
     return tuple(a.strip() for a in env.split(",") if a.strip())
 
 
@@ -66,6 +67,6 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
         wanted = grid < cu or n_full >= LONG_WALK_PARTS
         if arch not in split_archs() or n_full < 2 or not wanted:
             return onepass
-    n_part = min(n_full, max(2, PROGRAMS_PER_CU * cu // grid))
+    n_part = min(n_full, max(2, tuning.tuning(arch).programs_per_cu * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=_next_pow2(n_part))

@@ -1,0 +1,307 @@
+"""Paged decode on a GPU against the copy bandwidth and the SDPA peer.
+
+    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep]
+
+One process measures the device-to-device copy bandwidth first, then for each
+shape of SHAPES times, CUDA-graph replayed in mirrored rounds (medians):
+one-pass, split, auto (what the auto path chose is printed), auto a second
+time (the noise line: its ratio to auto must read 1.00 within its spread),
+and the SDPA peer: `scaled_dot_product_attention(..., enable_gqa=True)` on
+already gathered, contiguous windows in the query's dtype. For each path it
+gives the bytes the window needs (K, V and their per-token scales), TB/s and
+the percentage of the copy; for auto, the host time of a plain call
+(enqueue time over HOST_CALLS calls, no sync inside). Inputs rotate over
+enough copies to be several times the L2, so no path is timed out of cache.
+
+--sweep times every launch config of SWEEP on the SWEEP_SHAPES (auto path)
+and prints the fastest per head size: how the rows of
+`kernels.paged_decode.tuning` were chosen. --png writes the roofline
+picture (needs matplotlib, the `plot` extra).
+"""
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from bench.timing import copy_tbps, interleaved
+from cases.decode import DecodeCase, build
+from kernels import arch
+from kernels.paged_decode import paged_attention_decode
+from kernels.paged_decode import plan as decode_plan
+from kernels.paged_decode import tuning
+
+HOST_CALLS = 300
+L2_MULTIPLE = 4  # rotate over input copies totalling at least this many L2 sizes
+
+
+@dataclass(frozen=True)
+class Shape:
+    seqs: int
+    ctx: int
+    window: int
+    q: int = 1
+    d: int = 128
+    cache: str = "e4m3fn"
+    scales: str = "token"
+    hq: int = 32
+    hkv: int = 8
+    block: int = 16
+    layout: str = "shuffled"
+
+    @property
+    def name(self) -> str:
+        extra = [f"{k}={getattr(self, k)}" for k in ("q", "d", "cache", "scales", "hq", "hkv", "block", "layout")
+                 if getattr(self, k) != getattr(BASE, k)]
+        win = f"w{self.window}" if self.window > 0 else "full"
+        return " ".join([f"{self.seqs}x{self.ctx}/{win}"] + extra)
+
+    def case(self, path: str) -> DecodeCase:
+        return DecodeCase(self.cache, self.scales, self.block, self.hq, self.hkv, self.d, self.window,
+                          (self.ctx,) * self.seqs, self.q, self.layout, path)
+
+    @property
+    def keys(self) -> int:
+        """Keys each sequence's rows read (the union of their windows)."""
+        return min(self.ctx, self.window + self.q - 1) if self.window > 0 else self.ctx
+
+    @property
+    def bytes(self) -> int:
+        """K, V and per-token scales of every window: what any kernel must read."""
+        elem = 1 if self.cache.startswith("e4m3") else 2
+        per_key = self.hkv * self.d * elem * 2 + (self.hkv * 4 * 2 if self.scales == "token" else 0)
+        return self.seqs * self.keys * per_key
+
+
+BASE = Shape(1, 1, 0)
+SHAPES = [
+    Shape(1, 8192, 4096),
+    Shape(8, 8192, 4096),
+    Shape(64, 8192, 4096),
+    Shape(8, 32768, 0),
+    Shape(32, 590, 4096),
+    Shape(128, 2048, 1024),
+    Shape(8, 8192, 4096, q=4),
+    Shape(8, 8192, 4096, d=256, hq=16, hkv=4),
+    Shape(8, 8192, 4096, cache="e4m3fnuz"),
+    Shape(8, 8192, 4096, cache="bf16"),
+    Shape(8, 8192, 4096, scales="tensor"),
+]
+SWEEP_SHAPES = [Shape(64, 8192, 4096), Shape(8, 32768, 0), Shape(8, 8192, 4096, d=256, hq=16, hkv=4)]
+SWEEP = [tuning.LaunchConfig(256, bn, 4, st, reg) for bn, st, reg in itertools.product((64, 128), (2, 3), (None, 168))]
+
+
+def _input_sets(shape: Shape, device) -> list:
+    """Enough independent input copies that cycling through them defeats the L2."""
+    first = build(shape.case("auto"), device, 1234)
+    per_set = first.key_cache.nbytes + first.value_cache.nbytes
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
+    count = max(1, min(64, math.ceil(L2_MULTIPLE * l2 / per_set)))
+    return [first] + [build(shape.case("auto"), device, 1234 + i) for i in range(1, count)]
+
+
+def _decode(sets, force_split):
+    outs = [torch.empty_like(s.out) for s in sets]
+    state = {"i": 0}
+
+    def fn():
+        i = state["i"] = (state["i"] + 1) % len(sets)
+        s = sets[i]
+        case = s.case
+        paged_attention_decode(outs[i], s.query, s.key_cache, s.value_cache, s.block_tables, s.seq_lens,
+                               s.scale, s.k_scale, s.v_scale, case.window, layout=case.layout,
+                               max_seq_len=s.max_seq_len, force_split=force_split)
+    return fn
+
+
+def _sdpa(shape: Shape, device, count: int):
+    """SDPA on gathered windows: q [seqs, Hq, Q, D], k/v [seqs, Hkv, keys, D]; drafts causal (bottom right)."""
+    dtype = torch.bfloat16
+    qs = [torch.randn(shape.seqs, shape.hq, shape.q, shape.d, dtype=dtype, device=device) for _ in range(count)]
+    ks = [torch.randn(shape.seqs, shape.hkv, shape.keys, shape.d, dtype=dtype, device=device) for _ in range(count)]
+    vs = [torch.randn_like(k) for k in ks]
+    mask = None
+    if shape.q > 1:
+        row = torch.arange(shape.q, device=device)[:, None]
+        col = torch.arange(shape.keys, device=device)[None, :]
+        mask = col <= row + shape.keys - shape.q
+        if shape.window > 0:
+            mask &= col > row + shape.keys - shape.q - shape.window
+    state = {"i": 0}
+
+    def fn():
+        i = state["i"] = (state["i"] + 1) % count
+        torch.nn.functional.scaled_dot_product_attention(qs[i], ks[i], vs[i], attn_mask=mask, enable_gqa=True)
+    return fn
+
+
+def _host_us(fn) -> float:
+    """Enqueue time of a plain call: HOST_CALLS calls with no sync inside, over their count."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / HOST_CALLS * 1e6
+
+
+def _auto_choice(shape: Shape, device) -> str:
+    plan = decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
+                                   num_queries=shape.q, window=shape.window, block_size=shape.block,
+                                   partition_size=256, cu=arch.cu_count(device), arch=arch.arch_name(device),
+                                   force_split=None)
+    return f"split x{plan.n_part}" if plan.split else "one-pass"
+
+
+def measure(shape: Shape, device, copy: float, rounds: int) -> dict:
+    sets = _input_sets(shape, device)
+    calls = len(sets) * math.ceil(10 / len(sets))
+    fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False), "split": _decode(sets, True),
+           "auto again": _decode(sets, None), "sdpa": _sdpa(shape, device, len(sets))}
+    timed = interleaved(fns, calls=calls, rounds=rounds)
+    host = _host_us(_decode(sets[:1], None))
+    row = dict(shape=shape.name, **dataclasses.asdict(shape), bytes=shape.bytes, sets=len(sets),
+               auto_chose=_auto_choice(shape, device), host_us=host)
+    for name, t in timed.items():
+        tbps = shape.bytes / (t.us * 1e-6) / 1e12
+        row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), tbps=tbps, pct_copy=100 * tbps / copy)
+    row["best_path"] = min(("one-pass", "split", "auto"), key=lambda n: row[n]["us"])
+    row["sdpa_over_auto"] = row["sdpa"]["us"] / row["auto"]["us"]
+    return row
+
+
+def _print_row(row: dict) -> None:
+    a = row["auto"]
+    print(f"{row['shape']:<34} {row['one-pass']['us']:>9.1f} {row['split']['us']:>9.1f} {a['us']:>9.1f} "
+          f"{row['auto_chose']:>10} {row['bytes'] / 1e6:>8.1f} {a['tbps']:>6.2f} {a['pct_copy']:>5.0f}% "
+          f"{row['host_us']:>7.1f} {row['sdpa']['us']:>8.1f} {row['sdpa_over_auto']:>6.2f} "
+          f"{row['auto again']['ratio_to_auto']:>5.3f} ({row['auto again']['spread'][0]:.3f}-"
+          f"{row['auto again']['spread'][1]:.3f})", flush=True)
+
+
+def sweep(device, rounds: int) -> list:
+    """Time every config of SWEEP on SWEEP_SHAPES through the auto path; {shape, config, us} rows."""
+    name = arch.arch_name(device)
+    saved = tuning.TABLES.get(name)
+    base = saved or tuning.DEFAULT
+    rows = []
+    try:
+        for shape in SWEEP_SHAPES:
+            sets = _input_sets(shape, device)
+            calls = len(sets) * math.ceil(10 / len(sets))
+            fns = {}
+            for cfg in SWEEP:
+                fn = _with_config(name, base, cfg, _decode(sets, None))
+                try:
+                    fn()
+                    torch.cuda.synchronize()
+                except Exception as exc:  # a config the compiler refuses (shared memory, registers)
+                    print(f"  {shape.name} {cfg}: {type(exc).__name__}: {str(exc)[:120]}")
+                    continue
+                fns[cfg] = fn
+            timed = interleaved(fns, calls=calls, rounds=rounds)
+            best = min(timed, key=lambda c: timed[c].us)
+            for cfg, t in timed.items():
+                rows.append(dict(shape=shape.name, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                 num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, us=t.us, best=cfg == best))
+                print(f"{shape.name:<34} block_n {cfg.block_n:>3} warps {cfg.num_warps} stages {cfg.num_stages}"
+                      f" maxnreg {cfg.maxnreg}"
+                      f" {t.us:>9.1f} us{'  <- best' if cfg == best else ''}", flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    finally:
+        if saved is None:
+            tuning.TABLES.pop(name, None)
+        else:
+            tuning.TABLES[name] = saved
+    return rows
+
+
+def _with_config(arch_name: str, base, cfg, fn):
+    """fn, run with `cfg` as the only launch config of `arch_name` (set on every call, so a graph
+    captures the launches of that config)."""
+    table = dataclasses.replace(base, rows=(dataclasses.replace(cfg, max_head_dim=1 << 20),))
+
+    def run():
+        tuning.TABLES[arch_name] = table
+        fn()
+    return run
+
+
+def roofline(rows: list, copy: float, folder: str) -> str | None:
+    """Achieved TB/s per shape and path against the copy line, as PNG; None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: matplotlib is not installed (the `plot` extra): no roofline picture", file=sys.stderr)
+        return None
+    import os
+    os.makedirs(folder, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(11, 5))
+    xs = range(len(rows))
+    for i, path in enumerate(("one-pass", "split", "auto", "sdpa")):
+        ax.bar([x + (i - 1.5) * 0.2 for x in xs], [r[path]["tbps"] for r in rows], width=0.2, label=path)
+    ax.axhline(copy, color="k", linestyle="--", label=f"copy {copy:.2f} TB/s")
+    ax.set_xticks(list(xs), [r["shape"] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("TB/s of the bytes the window needs")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(folder, "decode_roofline.png")
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", default=None)
+    p.add_argument("--png", default=None, help="folder for the roofline picture")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
+    p.add_argument("--sweep", action="store_true", help="time the launch configs of SWEEP instead")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench: needs a GPU", file=sys.stderr)
+        return 2
+    device = torch.device("cuda")
+    copy = copy_tbps()
+    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}, {arch.cu_count(device)} CUs), "
+            f"torch {torch.__version__}, triton {triton.__version__}\ncommand: {' '.join(sys.argv)}\n"
+            f"copy {copy:.2f} TB/s (1 GiB device to device, read + write); "
+            "default shape Hq 32 / Hkv 8, D 128, block 16, shuffled, fp8 e4m3fn per-token, Q 1")
+    print(head)
+    if args.sweep:
+        rows = sweep(device, args.rounds)
+    else:
+        words = (args.k or "").split()
+        shapes = [s for s in SHAPES if all(w in s.name for w in words)]
+        print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'auto us':>9} {'auto chose':>10} {'MB':>8} "
+              f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
+        rows = []
+        for shape in shapes:
+            row = measure(shape, device, copy, args.rounds)
+            _print_row(row)
+            rows.append(row)
+            torch.cuda.empty_cache()
+        if args.png:
+            picture = roofline(rows, copy, args.png)
+            if picture:
+                print(f"roofline: {picture}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
