@@ -218,6 +218,8 @@ def cmd_sanitize(args) -> int:
                 print(f"{tool:<10} {case_id}: {headline}")
         for case_id in result.crashed:
             print(f"{tool:<10} {case_id}: its process died under the tool")
+        for case_id, reason in result.failed.items():
+            print(f"{tool:<10} {case_id}: its verdict failed under the tool: {reason}")
         print(f"{tool}: {len(ids)} cases, {result.count} errors", flush=True)
         results.append(result)
     total = sum(r.count for r in results)
