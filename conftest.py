@@ -47,6 +47,27 @@ def pytest_collection_modifyitems(config, items):
     items[:] = _device.shard(items, config.getoption("--shard"))
 
 
+def pytest_sessionfinish(session):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        session.config.workeroutput["quantfloor_device"] = str(DEVICE) if DEVICE.type != "cuda" else \
+            f"cuda:{torch.cuda.current_device()}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    devices = node.config.__dict__.setdefault("quantfloor_workers", {})
+    devices[node.gateway.id] = getattr(node, "workeroutput", {}).get("quantfloor_device", "unknown")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Which xdist worker judged on which device (workers are pinned round-robin over the GPUs)."""
+    devices = getattr(config, "quantfloor_workers", None)
+    if devices:
+        ordered = {name: devices[name] for name in sorted(devices, key=lambda n: int(n[2:]) if n[2:].isdigit() else 0)}
+        terminalreporter.write_line(f"workers: {_device.device_groups(ordered)}")
+
+
 @pytest.fixture
 def device():
     return DEVICE

@@ -4,6 +4,7 @@ Kernels take these answers as constexprs chosen on the host, so one kernel body
 serves a compiled GPU (AMD or NVIDIA) and the Triton interpreter on CPU.
 """
 
+import contextlib
 import functools
 import os
 
@@ -47,6 +48,22 @@ def _gpu(index: int) -> tuple[str, int]:
 
 def _index(device: torch.device) -> int:
     return torch.cuda.current_device() if device.index is None else device.index
+
+
+def on_device(device: torch.device):
+    """A context in which `device` is the current one. Triton launches on the current device
+    and its current stream, so a kernel given tensors on cuda:1 while cuda:0 is current must
+    be launched inside this (elsewhere it does nothing)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def on_first_tensors_device(entry):
+    """Decorator: `entry(x, ...)` runs with x's device current when x is a tensor (see on_device)."""
+    @functools.wraps(entry)
+    def run(first, *args, **kwargs):
+        with on_device(first.device) if isinstance(first, torch.Tensor) else contextlib.nullcontext():
+            return entry(first, *args, **kwargs)
+    return run
 
 
 def arch_name(device: torch.device) -> str:

@@ -121,6 +121,9 @@ def cmd_run(args) -> int:
     judged_on = ", ".join(f"{op} {name}" for op, name in meta["impl"].items())
     print(f"quantfloor run: {len(jobs)} cases{resumed}, tier {tier}, device {meta['device']}{planted}, "
           f"implementations: {judged_on}", file=sys.stderr, flush=True)
+    if args.workers > 1:
+        meta["workers"] = _device.worker_map(max(1, min(args.workers, len(todo))), "w")
+        print(f"workers: {meta['workers']}", file=sys.stderr, flush=True)
     live = report.LiveReport(args.json, meta, kept.values()) if args.json else None
     on_verdict = live.add if live else None
     new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict, timeout_base=args.timeout,

@@ -53,11 +53,29 @@ def release_cached(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def worker_device(index: int) -> str:
+    """The device parallel worker `index` judges on: GPU (index mod device count), or the CPU."""
+    return f"cuda:{index % torch.cuda.device_count()}" if has_gpu() else "cpu"
+
+
+def device_groups(assigned: dict) -> str:
+    """{worker name: device} in one line, e.g. 'cuda:0 <- w0 w2; cuda:1 <- w1 w3'."""
+    groups: dict = {}
+    for name, dev in assigned.items():
+        groups.setdefault(dev, []).append(name)
+    return "; ".join(f"{dev} <- {' '.join(names)}" for dev, names in groups.items())
+
+
+def worker_map(workers: int, prefix: str = "") -> str:
+    """Which of `workers` parallel workers use which device (device_groups)."""
+    return device_groups({f"{prefix}{index}": worker_device(index) for index in range(workers)})
+
+
 def pin_worker(index: int, workers: int) -> None:
-    """Settle worker `index` of `workers` parallel processes: GPU (index mod device count), and
+    """Settle worker `index` of `workers` parallel processes: its device (worker_device), and
     its share of the CPU cores (more threads each would only stall on hand-offs)."""
     if has_gpu():
-        torch.cuda.set_device(index % torch.cuda.device_count())
+        torch.cuda.set_device(worker_device(index))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 

@@ -197,6 +197,7 @@ def dot_dtype(device: torch.device) -> torch.dtype:
     return arch.dot_dtype(torch.bfloat16, device)
 
 
+@arch.on_first_tensors_device
 def flash_kda_fwd(
     q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
     gate="log", A_log=None, dt_bias=None, lower_bound=None, beta_sigmoid=False, qk_l2norm=False,
@@ -213,7 +214,8 @@ def flash_kda_fwd(
     [N+1] (B == 1) packs sequences on T. chunks_per_segment: None lets the planner
     choose, 0 forces the unsegmented walk, n >= 1 segments of n chunks. workspace:
     a dict that keeps the scratch tensors between calls. With gate='log', g must be
-    <= 0 (not checked: that would cost a pass over g).
+    <= 0 (not checked: that would cost a pass over g). The kernels run on q's device,
+    whichever device is current.
     """
     batch, seq_len, heads, dim_k, dim_v = _check_inputs(q, k, v, g, beta)
     device = q.device

@@ -10,7 +10,6 @@ give zeros.
 """
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -212,7 +211,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     common = call.constexprs
     launch = _tuning.config(_arch.arch_name(device), head_dim)
-    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+    with _arch.on_device(device):
         _launch.launch(_partition.decode_partition_kernel, (num_seqs, num_kv_heads, plan.n_part), (
             out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
             m_ws, l_ws, acc_ws,
@@ -281,8 +280,9 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
     if block_tables.shape[0] != num_seqs or seq_lens.shape[0] != num_seqs:
         raise ValueError(f"block_tables/seq_lens: expected {num_seqs} rows (num_seqs of query), "
                          f"got {block_tables.shape[0]} and {seq_lens.shape[0]}")
-    if block_tables.device != device or seq_lens.device != device:
-        raise ValueError(f"block_tables/seq_lens: expected tensors on {device}")
+    for name, t in (("block_tables", block_tables), ("seq_lens", seq_lens)):
+        if t.device != device:
+            raise ValueError(f"{name}: expected a tensor on {device} (the query's device), got {t.device}")
     if block_tables.stride(1) != 1:
         raise ValueError(f"block_tables: expected contiguous rows, got strides {tuple(block_tables.stride())}")
     if not isinstance(scale, (int, float)) or isinstance(scale, bool):
