@@ -69,7 +69,7 @@ def test_the_torch_baseline_passes_the_gate(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ("fla", "expected triton, torch, decode=MODULE:FUNCTION or kda=MODULE:FUNCTION"),
+    ("fla", "expected triton, torch, fla-chunk, fla-recurrent, decode=MODULE:FUNCTION or kda=MODULE:FUNCTION"),
     ("decode=no_such_module_here:fn", "No module named"),
     ("decode=verify.impls:no_such_function", "has no function"),
 ])
@@ -109,3 +109,38 @@ def test_a_users_kda_is_judged_on_its_cases(tmp_path, capsys, tweak, rc):
     assert judged and all(v["case_id"].endswith("-auto") for v in judged)
     assert all("-paged-" not in v["case_id"] and "-vfirst-" not in v["case_id"] for v in judged)
     assert any(v["skipped"] for v in verdicts)
+
+
+def test_fla_specs_are_refused_naming_the_package_when_it_is_missing(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_fla(name, *args, **kwargs):
+        if name == "fla" or name.startswith("fla."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fla)
+    for spec in ("fla-chunk", "fla-recurrent"):
+        with pytest.raises(ValueError, match="needs fla-core"):
+            impls.parse(spec)
+
+
+def test_fla_options_follow_our_gate_modes():
+    from verify import fla_kda
+    assert fla_kda._options("log", None, None, None, False, True, None) == dict(
+        use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False, use_qk_l2norm_in_kernel=True, cu_seqlens=None)
+    lb = fla_kda._options("lower_bound", "A", "dt", -5.0, True, False, None)
+    assert lb["use_gate_in_kernel"] and lb["lower_bound"] == -5.0 and lb["A_log"] == "A" and lb["dt_bias"] == "dt"
+    assert lb["use_beta_sigmoid_in_kernel"]
+
+
+def test_fla_recurrent_is_judged_on_the_auto_kda_cases(tmp_path, capsys):
+    """fla-core's recurrent kernel runs under the interpreter too (its chunk kernel needs a GPU)."""
+    pytest.importorskip("fla.ops.kda")
+    report = tmp_path / "r.json"
+    rc = cli.main(["run", "--tier", "cpu", "-k", "kda-b1-t65-h1-k64-log-dense-auto", "--impl", "fla-recurrent",
+                   "--json", str(report)])
+    rep = json.loads(report.read_text())
+    assert rc == 0 and [v["passed"] for v in rep["verdicts"]] == [True]
+    assert rep["meta"]["impl"]["kda"].startswith("fla-recurrent")

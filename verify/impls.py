@@ -8,6 +8,8 @@ pass; a case it raises on is a FAIL. SPEC is one of
 
     triton                   ours, every operator and kernel path (the default)
     torch                    the decode baseline below
+    fla-chunk                fla-core's chunk_kda (verify/fla_kda.py; the `fla` extra)
+    fla-recurrent            fla-core's fused_recurrent_kda
     decode=MODULE:FUNCTION   a user's decode, MODULE an importable name or a .py path
     kda=MODULE:FUNCTION      a user's KDA forward
 
@@ -41,6 +43,7 @@ from typing import Callable
 import torch
 
 from reference import layouts
+from verify import fla_kda
 
 OPERATORS = ("decode", "kda")
 
@@ -117,6 +120,9 @@ def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, sca
     return out
 
 
+_FLA = {"fla-chunk": fla_kda.chunk, "fla-recurrent": fla_kda.recurrent}
+
+
 def _load(module: str):
     """The module named `module` (importable name or .py path); ValueError naming --impl if it cannot load."""
     try:
@@ -139,11 +145,14 @@ def parse(spec: str) -> Impl:
     """The implementation named by `spec` other than ours (see the module docstring); ValueError naming --impl."""
     if spec == "torch":
         return Impl("decode", "torch", torch.__version__, torch_decode, dict(_OURS_ALONE["decode"]))
+    if spec in _FLA:
+        fla_kda._fla_kda()  # refused here, naming the package, when it is missing
+        return Impl("kda", spec, _version(fla_kda.PACKAGE), _FLA[spec], dict(_OURS_ALONE["kda"]))
     operator, _, target = spec.partition("=")
     module, _, name = target.rpartition(":")
     if operator not in OPERATORS or not module or not name:
-        raise ValueError(f"--impl: expected triton, torch, decode=MODULE:FUNCTION or kda=MODULE:FUNCTION, "
-                         f"got {spec!r}")
+        raise ValueError(f"--impl: expected triton, torch, fla-chunk, fla-recurrent, decode=MODULE:FUNCTION "
+                         f"or kda=MODULE:FUNCTION, got {spec!r}")
     fn = getattr(_load(module), name, None)
     if not callable(fn):
         raise ValueError(f"--impl: {module} has no function {name!r}")
