@@ -1,11 +1,12 @@
 """What people look at: the HTML page, the markdown comment with its pictures, the PNGs, JUnit XML."""
 
 import math
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from verify import figures, gate, junit, page, plots, report
+from verify import cli, figures, gate, junit, page, plots, report
 from verify.verdict import Verdict
 
 MUTANT_META = {"device": "cpu (Triton interpreter)", "torch": "2.13.0", "triton": "3.9.0", "tier": "cpu",
@@ -110,6 +111,11 @@ def test_the_page_is_self_contained_and_shows_counts_failures_repro_lines_and_pi
     old = page.page(run(), {"device": "H200"})  # a report from before the header fields were kept
     assert "<tr><th>wall time</th><td>not recorded in this report</td></tr>" in old
     assert "hq (rows) &times; d (columns)" in page.page(run(), {}, [("hq", "d")])
+    merged = {"shards": [{"path": "a.json", "meta": {"wall_seconds": 7.0}},
+                         {"path": "b.json", "meta": {"wall_seconds": 9.5}}]}
+    assert dict(report.header(merged))["wall time"] == "9.5 s (the longest shard)"
+    resumed = dict(report.header({**MUTANT_META, "resumed": 40}))
+    assert resumed["wall time"] == "12.5 s (this run; 40 cases judged before it)"
 
 
 def test_the_page_of_a_large_run_stays_small():
@@ -171,3 +177,24 @@ def test_pngs_per_suite_for_the_markdown(tmp_path):
     shown = plots.relative(drawn, tmp_path)
     assert shown["regressions"] == [("regressions: err/bound histogram", "png/regressions-hist.png")]
 
+
+def test_report_without_matplotlib_writes_the_rest_and_says_what_it_skipped(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "run.json"
+    report.write_json(source, run(), MUTANT_META)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    out = tmp_path / "out"
+    rc = cli.main(["report", str(source), "--png", str(out / "png"), "--md", str(out / "comment.md"),
+                   "--html", str(out / "page.html"), "--junit", str(out / "results.xml")])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert f"--png {out / 'png'} skipped: matplotlib is not installed" in captured.err
+    assert captured.out.strip().splitlines()[-1] == "FAIL (2 of 7, 1 skipped)"
+    assert not (out / "png").exists()
+    assert "![" not in (out / "comment.md").read_text() and BAD in (out / "comment.md").read_text()
+    assert (out / "page.html").read_text() == page.page(*report.read_json(source)[::-1])
+    assert len(ET.parse(out / "results.xml").getroot().findall("./testsuite/testcase")) == 8
+    (tmp_path / "other.json").write_text('{"results": []}')
+    assert cli.main(["report", str(tmp_path / "other.json"), "--html", str(out / "x.html")]) == 2
+    assert "expected a report with a 'meta' dict" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "RUN.json: expected a report written by quantfloor run --json" in capsys.readouterr().err

@@ -158,7 +158,8 @@ def repro_line(case_id: str, meta: dict) -> str:
 
 def header(meta: dict) -> list[tuple[str, str]]:
     """(label, text) pairs that say what ran where: implementation, device, versions, tier, mutant,
-    command, wall time, shards; only those the meta holds."""
+    command, wall time (of the run; of its longest shard for merged shards), shards; only those the
+    meta holds."""
     rows = []
     impl = meta.get("impl")
     if isinstance(impl, dict):
@@ -177,8 +178,12 @@ def header(meta: dict) -> list[tuple[str, str]]:
     for key in ("tier", "mutant", "command"):
         if meta.get(key):
             rows.append((key, str(meta[key])))
+    shards = [s.get("meta", {}) for s in meta.get("shards", ()) if isinstance(s, dict)]
     if isinstance(meta.get("wall_seconds"), (int, float)):
-        rows.append(("wall time", f"{meta['wall_seconds']:.1f} s"))
+        before = f" (this run; {meta['resumed']} cases judged before it)" if meta.get("resumed") else ""
+        rows.append(("wall time", f"{meta['wall_seconds']:.1f} s{before}"))
+    elif shards and all(isinstance(s.get("wall_seconds"), (int, float)) for s in shards):
+        rows.append(("wall time", f"{max(s['wall_seconds'] for s in shards):.1f} s (the longest shard)"))
     if isinstance(meta.get("shards"), list):
         rows.append(("shards", ", ".join(str(s.get("path")) for s in meta["shards"] if isinstance(s, dict))))
     return rows
