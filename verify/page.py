@@ -105,7 +105,7 @@ def _suite_table(verdicts) -> str:
         members = [v for v in verdicts if v.suite == s.suite and not v.skipped]
         bounds = [report.err_bound(v) for v in members]
         worst_bound = max((b for b in bounds if not math.isnan(b)), default=math.nan)
-        failed = f' class="n bad"' if s.failed else ' class="n"'
+        failed = ' class="n bad"' if s.failed else ' class="n"'
         rows.append(
             f'<tr><td><a href="#{_anchor(s.suite)}">{_e(s.suite)}</a></td><td class="n">{s.cases}</td>'
             f'<td class="n">{s.passed}</td><td{failed}>{s.failed}</td><td class="n">{s.skipped}</td>'
