@@ -59,6 +59,7 @@ def page(verdicts, meta: dict, heat_pairs=None) -> str:
         "err/bound, one scale for fp8 and unquantized paths alike.</p>",
         _failed(verdicts, meta), _closest(verdicts, meta),
     ]
+    parts += ["<h2>Per suite: err/bound histogram and heat maps</h2>", _legend()]
     for suite, members in suites.items():
         parts.append(_suite_section(suite, members, heat_pairs))
     parts.append("</body></html>")
@@ -157,7 +158,6 @@ def _suite_section(suite: str, members, heat_pairs) -> str:
     if not maps:
         parts.append("<p class=note>No heat map: its cases have no matrix factors (probes), or not the "
                      "factors asked for.</p>")
-    parts.append(_legend() if maps else "")
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -233,5 +233,5 @@ def _legend() -> str:
     for worst, failed, text in swatches:
         back, fore = figures.heat_colour(worst, failed)
         spans.append(f'<span style="background:{back};color:{fore}">{text}</span>')
-    return (f'<p class="legend">cell colour by worst err/bound, linear: {"".join(spans)} &middot; '
-            f"cell: worst err/bound, then cases (and failures)</p>")
+    return (f'<p class="legend">heat map cells, coloured by their worst err/bound (linear): {"".join(spans)} '
+            f"&middot; each cell: its worst err/bound, then its cases (and failures); a dot: no case there</p>")
