@@ -1,12 +1,17 @@
 """The quantfloor command: ALL_PASS and exit 0 on a correct kernel, FAIL and non-zero on a broken one."""
 
 import json
+import os
 import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 from cases import decode as decode_cases
-from verify import cli, mutants, parallel, report, runner
+from verify import cli, junit, mutants, parallel, plots, report, runner
 from verify import device as _device
 
 CASE = "window2"  # decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass
@@ -226,3 +231,64 @@ def test_timeout_must_be_positive_seconds(value, capsys):
     assert f"--timeout: expected seconds > 0, got '{value}'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="timeout_base: expected seconds > 0"):
         parallel.judge([parallel.Task(CASE)], 1, timeout_base=0.0)
+
+
+# Two cases: with window-off-by-one planted the w1 one fails, the w0 one passes.
+PLANTED = "L0_1 q4 onepass"
+PLANTED_FAIL = "decode-bf16-token-b16-hq32-hkv8-d128-w1-L0_1-q4-shuffled-scalespread-onepass"
+PLANTED_PASS = "decode-e4m3fn-tensor-b32-hq16-hkv16-d256-w0-L0_1-q4-shuffled-scalespread-onepass"
+
+
+def test_a_run_with_a_planted_failure_writes_page_markdown_pictures_and_junit(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = cli.main(["run", "--tier", "cpu", "-k", PLANTED, "--mutant", "window-off-by-one",
+                   "--json", str(out / "r.json"), "--html", str(out / "page.html"), "--md", str(out / "comment.md"),
+                   "--png", str(out / "png"), "--junit", str(out / "results.xml")])
+    assert rc == 1
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == "FAIL (1 of 2)"
+    assert "  2/2 cases (100%), 1 failed, " in captured.err  # plain progress lines: stderr is no terminal
+    repro = f"quantfloor repro {PLANTED_FAIL} --mutant window-off-by-one"
+    html = (out / "page.html").read_text()
+    assert "quantfloor: FAIL (1 of 2)</h1>" in html and "<h2>Failed cases (1)</h2>" in html
+    assert ('<td class="n">2</td><td class="n">1</td><td class="n bad">1</td><td class="n">0</td>' in html)
+    assert f"<code>{repro}</code>" in html and PLANTED_PASS in html
+    assert "<tr><th>mutant</th><td>window-off-by-one</td></tr>" in html and "<tr><th>wall time</th>" in html
+    md = (out / "comment.md").read_text()
+    assert md.startswith("### quantfloor: FAIL (1 of 2)") and "| decode-onepass | 2 | 1 | 1 | 0 |" in md
+    assert f"{repro}\n" in md
+    cases = ET.parse(out / "results.xml").getroot().findall("./testsuite/testcase")
+    assert sorted(c.get("name") for c in cases) == sorted([PLANTED_FAIL, PLANTED_PASS])
+    (failure,) = [c.find("failure") for c in cases if c.find("failure") is not None]
+    assert failure.get("message").startswith("out: max abs err") and failure.text.endswith(repro)
+    if plots.available():
+        assert "![decode-onepass: err/bound histogram](png/decode-onepass-hist.png)" in md
+        assert (out / "png" / "decode-onepass-heat-window-len.png").read_bytes()[:4] == b"\x89PNG"
+    else:
+        assert "skipped: matplotlib is not installed" in captured.err and "![" not in md
+    # The same page again from the JSON report alone.
+    assert cli.main(["report", str(out / "r.json"), "--html", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_text() == html
+
+
+def test_pytest_junit_names_the_same_case_ids(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_suites.py",
+                           "-k", PLANTED_PASS, "--junitxml", str(tmp_path / "pytest.xml")],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (theirs,) = ET.parse(tmp_path / "pytest.xml").getroot().iter("testcase")
+    verdict = runner.job_for_id(PLANTED_PASS).judge(cli.DEVICE)
+    (ours,) = junit.tree([verdict], {}).getroot().iter("testcase")
+    assert theirs.get("name") == f"test_case_passes_the_gate[{ours.get('name')}]"
+    assert ours.get("classname") == "quantfloor.decode-onepass" and ours.get("name") == PLANTED_PASS
+
+
+def test_repro_judges_on_the_implementation_a_run_named(capsys):
+    assert cli.main(["repro", PLANTED_PASS, "--impl", "torch"]) == 1
+    out = capsys.readouterr().out
+    assert "verdict SKIPPED" in out and "torch supports path in ('auto',)" in out
+    auto = PLANTED_PASS.replace("-onepass", "-auto")
+    assert cli.main(["repro", auto, "--impl", "torch"]) == 0
+    assert "verdict PASS" in capsys.readouterr().out
+    assert runner.implementations()["decode"].name == "triton"  # the next case is ours again

@@ -246,4 +246,4 @@ def test_skipped_cases_are_counted_apart_and_never_pass():
     passing = [v for v in judged if v.passed]
     assert report.final_line(passing + skipped) == f"ALL_PASS ({len(passing)} cases, 2 skipped)"
     assert report.final_line(skipped) == "FAIL (0 of 0, 2 skipped)"
-    assert not any(v.case_id.startswith("decode-skipped") for v in report._failures(judged + skipped))
+    assert not any(v.case_id.startswith("decode-skipped") for v in report.failures(judged + skipped))

@@ -1,13 +1,20 @@
 """The `quantfloor` command line.
 
     quantfloor run [--tier T] [-k FILTER] [--shard i/n] [--workers N] [--timeout S] [--mutant NAME]
-                   [--impl SPEC] [--workload SHAPES.jsonl] [--json PATH] [--md PATH] [--resume REPORT.json]
+                   [--impl SPEC] [--workload SHAPES.jsonl] [--resume REPORT.json] [OUTPUTS]
+    quantfloor report RUN.json [OUTPUTS]
     quantfloor cases [--tier T] [-k FILTER]
-    quantfloor repro CASE_ID [--mutant NAME]
+    quantfloor repro CASE_ID [--mutant NAME] [--impl SPEC]
     quantfloor shrink CASE_ID [--mutant NAME] [--max-evals N]
     quantfloor mutants [--tier T] [-k NAME] [--workers N] [--timeout S]
-    quantfloor merge REPORT.json ... [--json PATH] [--md PATH]
+    quantfloor merge REPORT.json ... [OUTPUTS]
     quantfloor sanitize [--tier T] [-k WORDS] [--tool memcheck,racecheck,initcheck,synccheck]
+
+OUTPUTS: [--json PATH] [--md PATH] [--html PATH] [--png DIR] [--junit PATH] [--heat A,B]: the JSON
+report, a markdown comment (referencing the pictures when --png is given too), one self-contained
+HTML page, the pictures as PNG files (needs matplotlib, the `plot` extra; without it they are
+skipped and the command says so), JUnit XML, and the two case factors of every heat map instead
+of each operator's default pair (verify.figures). `report` writes them from a saved JSON report.
 
 `run` and `mutants` judge every case in an isolated worker process under a
 time limit scaled to its size (verify.parallel): a case whose kernel crashes
@@ -20,10 +27,14 @@ report.LIVE_SECONDS), so a run that is killed keeps what it judged, and
 `--mutant NAME` judges with that mutant of `verify.mutants` in place (one fix
 taken back), to see which cases catch it. `shrink` exits 0 when the case
 fails and it printed the smallest case that fails for the same reason.
+`report` exits 0 once it wrote what it was asked, whatever the run's verdict.
+`run` shows its progress on stderr (verify.progress): a live bar with an ETA
+on a terminal, plain lines in a log.
 """
 
 import argparse
 import contextlib
+import json
 import platform
 import shutil
 import sys
@@ -37,7 +48,8 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import impls, mutants, parallel, report, runner, sanitize, shrink, workload  # noqa: E402
+from verify import figures, impls, junit, mutants, page, parallel, plots, report  # noqa: E402
+from verify import runner, sanitize, shrink, workload  # noqa: E402
 
 
 def _device_name() -> str:
@@ -63,6 +75,8 @@ def _meta(args, tier: str) -> dict:
         meta["mutant"] = args.mutant
     chosen = impls.select(getattr(args, "impl", None))
     meta["impl"] = {op: f"{impl.name} {impl.version}" for op, impl in chosen.items()}
+    if getattr(args, "impl", None):
+        meta["impl_specs"] = list(args.impl)
     return meta
 
 
@@ -85,14 +99,34 @@ def _selected(args, tier):
 
 def _emit(verdicts, meta, args) -> int:
     print(report.console_table(verdicts))
-    if args.json:
-        report.write_json(args.json, verdicts, meta)
-    if args.md:
-        with open(args.md, "w") as fh:
-            fh.write(report.markdown(verdicts, meta))
+    _outputs(verdicts, meta, args)
     line = report.final_line(verdicts)
     print(line)
     return 0 if line.startswith("ALL_PASS") else 1
+
+
+def _outputs(verdicts, meta, args) -> None:
+    """Write what OUTPUTS asked for; PNGs first, so the markdown can reference them."""
+    heat = [figures.parse_heat(args.heat)] if args.heat else None
+    if args.json:
+        report.write_json(args.json, verdicts, meta)
+    pictures = None
+    if args.png:
+        if plots.available():
+            pictures = plots.write(args.png, verdicts, heat)
+        else:
+            print(f"quantfloor: --png {args.png} skipped: matplotlib is not installed "
+                  "(pip install -e \".[plot]\"); the other outputs are written", file=sys.stderr)
+    if args.md:
+        Path(args.md).parent.mkdir(parents=True, exist_ok=True)
+        shown = plots.relative(pictures, Path(args.md).parent) if pictures else None
+        Path(args.md).write_text(report.markdown(verdicts, meta, shown))
+    if args.html:
+        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
+        page.write(args.html, verdicts, meta, heat)
+    if args.junit:
+        Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
+        junit.write(args.junit, verdicts, meta)
 
 
 def _resumed(path, jobs) -> dict:
@@ -119,17 +153,36 @@ def cmd_run(args) -> int:
     planted = f", mutant {mutant.name} planted" if mutant else ""
     resumed = f", {len(kept)} already judged in {args.resume}" if args.resume else ""
     judged_on = ", ".join(f"{op} {name}" for op, name in meta["impl"].items())
+    if args.heat:
+        figures.parse_heat(args.heat)  # a bad --heat stops here, before any case is judged
     print(f"quantfloor run: {len(jobs)} cases{resumed}, tier {tier}, device {meta['device']}{planted}, "
           f"implementations: {judged_on}", file=sys.stderr, flush=True)
     if args.workers > 1:
         meta["workers"] = _device.worker_map(max(1, min(args.workers, len(todo))), "w")
         print(f"workers: {meta['workers']}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     live = report.LiveReport(args.json, meta, kept.values()) if args.json else None
     on_verdict = live.add if live else None
     new = parallel.run(todo, args.workers, mutant=args.mutant, on_verdict=on_verdict, timeout_base=args.timeout,
                        impl_specs=tuple(args.impl or ()))
+    meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    if kept:
+        meta["resumed"] = len(kept)
     judged = {**kept, **{(v.suite, v.case_id): v for v in new}}
     return _emit([judged[(j.suite, j.case_id)] for j in jobs], meta, args)
+
+
+def cmd_report(args) -> int:
+    if args.heat:
+        figures.parse_heat(args.heat)
+    try:
+        meta, verdicts = report.read_json(args.run)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"RUN.json: expected a report written by quantfloor run --json, got {exc}") from None
+    print(report.console_table(verdicts))
+    _outputs(verdicts, meta, args)
+    print(report.final_line(verdicts))
+    return 0
 
 
 def cmd_cases(args) -> int:
@@ -139,11 +192,17 @@ def cmd_cases(args) -> int:
 
 
 def cmd_repro(args) -> int:
+    chosen, before = impls.select(args.impl), runner.implementations()
     job = runner.job_for_id(args.case_id)
     started = time.perf_counter()
-    with _planted(args.mutant):
-        verdict = job.judge(DEVICE)
-    print(f"case    {verdict.case_id}\nsuite   {verdict.suite}\nverdict {'PASS' if verdict.passed else 'FAIL'}")
+    runner.use(chosen)
+    try:
+        with _planted(args.mutant):
+            verdict = job.judge(DEVICE)
+    finally:
+        runner.use(before)
+    word = "SKIPPED" if verdict.skipped else "PASS" if verdict.passed else "FAIL"
+    print(f"case    {verdict.case_id}\nsuite   {verdict.suite}\nverdict {word}")
     if args.mutant:
         print(f"mutant  {args.mutant}")
     print(f"max abs {verdict.max_abs:.4g}   floor {verdict.floor:.4g}   err/floor {verdict.err_floor:.4g}   "
@@ -267,9 +326,22 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", default=None, metavar="REPORT.json",
                      help="judge only the cases this report lacks, and write the whole report there "
                           "(or to --json); the report is kept current while a run goes")
-    for s in (run, sub.add_parser("merge", help="join JSON reports of shards")):
+    shown = sub.add_parser("report", help="write the markdown, HTML page, pictures and JUnit XML of a JSON report")
+    shown.add_argument("run", metavar="RUN.json", help="a report written by quantfloor run --json (or merge)")
+    for s in (run, sub.add_parser("merge", help="join JSON reports of shards"), shown):
         s.add_argument("--json", default=None, help="write the JSON report here")
-        s.add_argument("--md", default=None, help="write a markdown summary here")
+        s.add_argument("--md", default=None, help="write a markdown summary here (a pull-request comment)")
+        s.add_argument("--html", default=None, metavar="PAGE.html",
+                       help="write one self-contained HTML page here: suites, failures with repro lines, "
+                            "the cases closest to their bound, err/bound histograms and heat maps")
+        s.add_argument("--png", default=None, metavar="DIR",
+                       help="draw each suite's pictures into this folder as PNG files (needs matplotlib); "
+                            "--md then references them")
+        s.add_argument("--junit", default=None, metavar="RESULTS.xml",
+                       help="write JUnit XML here: one testcase per case id, failures with their reasons")
+        s.add_argument("--heat", default=None, metavar="A,B",
+                       help="the two case factors of every heat map (fields of the case types, or len), "
+                            "instead of each operator's default pairs")
     sub.choices["merge"].add_argument("reports", nargs="+")
     tiered("cases", "list the case ids of a tier")
     clean = tiered("sanitize", "a sample of the cases under NVIDIA compute-sanitizer, errors per tool and case")
@@ -280,6 +352,8 @@ def parser() -> argparse.ArgumentParser:
     for s in (repro, small):
         s.add_argument("case_id")
         s.add_argument("--mutant", default=None, help=mutant_help)
+    repro.add_argument("--impl", action="append", metavar="SPEC",
+                       help="judge it on this implementation instead of ours, as run --impl")
     small.add_argument("--max-evals", type=int, default=shrink.MAX_EVALS,
                        help=f"judge at most this many cases (default {shrink.MAX_EVALS})")
     return p
@@ -288,7 +362,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     handler = {"run": cmd_run, "cases": cmd_cases, "repro": cmd_repro, "mutants": cmd_mutants,
-               "sanitize": cmd_sanitize,
+               "sanitize": cmd_sanitize, "report": cmd_report,
                "merge": cmd_merge, "shrink": cmd_shrink}[args.command]
     try:
         return handler(args)

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from verify import device as _device
-from verify import gate, impls, mutants, runner
+from verify import gate, impls, mutants, progress, runner
 
 POLL_SECONDS = 0.2
 START_SECONDS = 600.0  # a worker that has not begun its first task by then is stuck starting
@@ -135,11 +135,12 @@ class _Slot:
         self.inbox.put((index, self.tasks[index]))
 
 
-def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None,
+def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
           timeout_base: float | None = None, impl_specs: tuple = ()) -> list:
     """Verdicts of `tasks`, judged in `workers` isolated processes, in the order of the tasks.
-    One progress line every runner.PROGRESS_SECONDS and one at the end; `on_verdict` sees
-    each verdict as it comes. `timeout_base`: seconds added to every job's time limit
+    Progress goes to `stream` (sys.stderr as it is at the call by default; verify.progress: a live bar
+    on a terminal, plain lines otherwise);
+    `on_verdict` sees each verdict as it comes. `timeout_base`: seconds added to every job's time limit
     (runner.TIMEOUT_BASE_S by default). `impl_specs`: the --impl specs the workers judge
     (verify.impls; ours by default)."""
     if workers < 1:
@@ -155,18 +156,14 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
     slots = [_Slot(context, w, workers, results, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers,
                    tuple(impl_specs)) for w in range(workers)]
     judged = {}
-    started = shown = time.perf_counter()
+    shown = progress.Progress(len(tasks), sys.stderr if stream is None else stream)
 
     def record(index, verdict):
         if index not in judged:
             judged[index] = verdict
+            shown.add(verdict)
             if on_verdict is not None:
                 on_verdict(verdict)
-
-    def line():
-        fails = sum(not v.passed and not v.skipped for v in judged.values())
-        print(f"  {len(judged)}/{len(tasks)} cases, {fails} failed, {time.perf_counter() - started:.1f}s",
-              file=stream, flush=True)
 
     def next_index(slot):
         if slot.lo >= slot.hi:  # take the back half of the largest slice left
@@ -247,19 +244,17 @@ def judge(tasks: list[Task], workers: int, *, stream=sys.stderr, on_verdict=None
                 slot.proc.join()
                 slot.failed_starts += 1
                 fail(slot, index, f"crashed: its worker did not start within {START_SECONDS:.0f} s")
-        if time.perf_counter() - shown >= runner.PROGRESS_SECONDS:
-            line()
-            shown = time.perf_counter()
+        shown.tick()
     for slot in slots:
         slot.proc.join()
     while drain(block=False):
         pass
-    line()
+    shown.close()
     return [judged.get(i) or gate.failed(_suite(t.case_id), t.case_id, "no worker judged it")
             for i, t in enumerate(tasks)]
 
 
-def run(selected: list, workers: int, *, mutant: str | None = None, stream=sys.stderr, on_verdict=None,
+def run(selected: list, workers: int, *, mutant: str | None = None, stream=None, on_verdict=None,
         timeout_base: float | None = None, impl_specs: tuple = ()) -> list:
     """Judge the `selected` jobs in `workers` isolated processes, each with the mutant named
     `mutant` (verify.mutants) in place when one is, on the implementations of `impl_specs`."""

@@ -16,6 +16,14 @@ the meta; case ids, suites and reasons are read as written.
      "summary": [SuiteSummary as a dict, ...],
      "verdicts": [Verdict.to_json(), ...]}
 
+A case's err/bound (`err_bound`) is its error over the bound it had to meet
+(multiple x floor + the output's eps, verify.gate): above 1 it failed the
+bound, and it compares cases of every path on one scale, where err/floor
+does not (the multiple is a quarter on fp8 paths, 2 or 4 on unquantized
+ones). The cases closest to their bound are the passed ones with the largest
+err/bound. Every case listed comes with its `quantfloor repro` line
+(`repro_line`), the run's mutant and --impl specs included.
+
 The last line a run prints is `final_line`: `ALL_PASS (N cases)` only when
 N > 0 cases were judged and all passed, else `FAIL (k of N)`; skipped cases
 (outside what the implementation under test supports) are never judged nor
@@ -35,6 +43,8 @@ from verify.verdict import Verdict
 MAX_LISTED = 30
 # Cases per suite in the markdown list of worst cases.
 WORST_PER_SUITE = 5
+# Passed cases listed as closest to their bound, over the whole run.
+CLOSEST = 10
 
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 # The float fields of a Verdict, which JSON may hold as "inf", "-inf" or "nan".
@@ -62,7 +72,7 @@ class SuiteSummary:
 def summarize(verdicts: list[Verdict]) -> list[SuiteSummary]:
     """One summary per suite, in first-seen order."""
     summaries = []
-    for suite, members in _by_suite(verdicts).items():
+    for suite, members in by_suite(verdicts).items():
         judged = [v for v in members if not v.skipped]
         worst = max(judged, key=_badness) if judged else None
         passed = sum(v.passed for v in judged)
@@ -98,25 +108,85 @@ def console_table(verdicts: list[Verdict]) -> str:
     """A fixed-width table, one row per suite, then the failed cases with their first reason."""
     verdicts = _checked(verdicts)
     summaries = summarize(verdicts)
-    header = ("suite", "cases", "pass", "fail", "skip", "worst err/floor", "seconds", "worst case")
+    titles = ("suite", "cases", "pass", "fail", "skip", "worst err/floor", "seconds", "worst case")
     rows = [
         (s.suite, str(s.cases), str(s.passed), str(s.failed), str(s.skipped), _ratio(s.worst_err_floor),
          f"{s.seconds:.2f}", s.worst_case_id)
         for s in summaries
     ]
-    widths = [max(len(row[k]) for row in [header, *rows]) for k in range(len(header) - 1)]
+    widths = [max(len(row[k]) for row in [titles, *rows]) for k in range(len(titles) - 1)]
     lines = []
-    for row in [header, *rows]:
+    for row in [titles, *rows]:
         cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
         lines.append("  ".join([*cells, row[-1]]))
-    failures = _failures(verdicts)
-    if failures:
+    failed = failures(verdicts)
+    if failed:
         lines.append("")
-        lines.append(f"failed ({len(failures)}):")
-        lines.extend(f"  {v.case_id}: {_first_reason(v)}" for v in failures[:MAX_LISTED])
-        if len(failures) > MAX_LISTED:
-            lines.append(f"  ... and {len(failures) - MAX_LISTED} more")
+        lines.append(f"failed ({len(failed)}):")
+        lines.extend(f"  {v.case_id}: {_first_reason(v)}" for v in failed[:MAX_LISTED])
+        if len(failed) > MAX_LISTED:
+            lines.append(f"  ... and {len(failed) - MAX_LISTED} more")
     return "\n".join(lines)
+
+
+def err_bound(v: Verdict) -> float:
+    """max abs / the bound the case had to meet (detail["bound"]); NaN where there is no number
+    (an output not written, a raise, a crash, a skip, a report without bounds)."""
+    limit = v.detail.get("bound") if isinstance(v.detail, dict) else None
+    if not isinstance(limit, (int, float)) or math.isnan(v.max_abs) or math.isnan(limit):
+        return math.nan
+    if limit <= 0:
+        return 0.0 if v.max_abs == 0 else math.inf
+    return v.max_abs / limit
+
+
+def closest(verdicts: list[Verdict], count: int = CLOSEST) -> list[Verdict]:
+    """The `count` passed cases with the largest err/bound, closest first (ties: the earlier)."""
+    passed = [v for v in _checked(verdicts) if v.passed and not v.skipped and not math.isnan(err_bound(v))]
+    return sorted(passed, key=err_bound, reverse=True)[:count]
+
+
+def repro_line(case_id: str, meta: dict) -> str:
+    """The command that judges one case again as the run did: its mutant and --impl specs too."""
+    line = f"quantfloor repro {case_id}"
+    if meta.get("mutant"):
+        line += f" --mutant {meta['mutant']}"
+    for spec in meta.get("impl_specs") or ():
+        line += f" --impl {spec}"
+    return line
+
+
+def header(meta: dict) -> list[tuple[str, str]]:
+    """(label, text) pairs that say what ran where: implementation, device, versions, tier, mutant,
+    command, wall time (of the run; of its longest shard for merged shards), shards; only those the
+    meta holds."""
+    rows = []
+    impl = meta.get("impl")
+    if isinstance(impl, dict):
+        rows.append(("implementation", ", ".join(f"{op} {name}" for op, name in impl.items())))
+    if "device" in meta:
+        rows.append(("device", str(meta["device"])))
+    versions = meta.get("versions")
+    if isinstance(versions, dict):
+        rows.append(("versions", ", ".join(f"{name} {version}" for name, version in versions.items())))
+    elif versions is not None:
+        rows.append(("versions", str(versions)))
+    else:
+        found = [f"{name} {meta[name]}" for name in ("torch", "triton", "python") if name in meta]
+        if found:
+            rows.append(("versions", ", ".join(found)))
+    for key in ("tier", "mutant", "command"):
+        if meta.get(key):
+            rows.append((key, str(meta[key])))
+    shards = [s.get("meta", {}) for s in meta.get("shards", ()) if isinstance(s, dict)]
+    if isinstance(meta.get("wall_seconds"), (int, float)):
+        before = f" (this run; {meta['resumed']} cases judged before it)" if meta.get("resumed") else ""
+        rows.append(("wall time", f"{meta['wall_seconds']:.1f} s{before}"))
+    elif shards and all(isinstance(s.get("wall_seconds"), (int, float)) for s in shards):
+        rows.append(("wall time", f"{max(s['wall_seconds'] for s in shards):.1f} s (the longest shard)"))
+    if isinstance(meta.get("shards"), list):
+        rows.append(("shards", ", ".join(str(s.get("path")) for s in meta["shards"] if isinstance(s, dict))))
+    return rows
 
 
 def to_json(verdicts: list[Verdict], meta: dict) -> dict:
@@ -214,8 +284,12 @@ def merge(paths: list[str | os.PathLike]) -> tuple[dict, list[Verdict]]:
     return common, verdicts
 
 
-def markdown(verdicts: list[Verdict], meta: dict) -> str:
-    """A pull-request comment: final line, meta line, suite table, failures, worst cases per suite."""
+def markdown(verdicts: list[Verdict], meta: dict, pictures: dict | None = None) -> str:
+    """A pull-request comment: final line, meta line and command, suite table, pictures, failures and
+    the cases closest to their bound (each with its repro line), worst cases per suite.
+
+    pictures: {suite: [(title, path), ...]}, paths as the comment should reference them (relative
+    to where it is written); none when the pictures were not drawn."""
     if not isinstance(meta, dict):
         raise TypeError(f"meta: expected a dict, got {type(meta).__name__}")
     verdicts = _checked(verdicts)
@@ -223,6 +297,8 @@ def markdown(verdicts: list[Verdict], meta: dict) -> str:
     about = _meta_line(meta)
     if about:
         lines += [about, ""]
+    if meta.get("command"):
+        lines += [f"command: `{_cell(meta['command'])}`", ""]
     if not verdicts:
         lines.append("No cases ran.")
         return "\n".join(lines) + "\n"
@@ -235,20 +311,37 @@ def markdown(verdicts: list[Verdict], meta: dict) -> str:
         f"| {s.seconds:.2f} | `{_cell(s.worst_case_id)}` |"
         for s in summarize(verdicts)
     ]
-    failures = _failures(verdicts)
-    if failures:
-        lines += ["", f"<details><summary>failed cases ({len(failures)})</summary>", ""]
+    if pictures:
+        lines += ["", "<details open><summary>err/bound per suite (1 is the bound)</summary>"]
+        for suite, shown in pictures.items():
+            lines += ["", f"**{_cell(suite)}**", ""]
+            lines.append(" ".join(f"![{_cell(title)}]({path})" for title, path in shown))
+        lines += ["", "</details>"]
+    failed = failures(verdicts)
+    if failed:
+        lines += ["", f"<details><summary>failed cases ({len(failed)})</summary>", ""]
         lines += ["| case | err/floor | max abs | floor | first reason |", "|---|---:|---:|---:|---|"]
         lines += [
             f"| `{_cell(v.case_id)}` | {_ratio(v.err_floor)} | {_number(v.max_abs)} | {_number(v.floor)} "
             f"| {_cell(_first_reason(v))} |"
-            for v in failures[:MAX_LISTED]
+            for v in failed[:MAX_LISTED]
         ]
-        if len(failures) > MAX_LISTED:
-            lines += ["", f"... and {len(failures) - MAX_LISTED} more"]
+        if len(failed) > MAX_LISTED:
+            lines += ["", f"... and {len(failed) - MAX_LISTED} more"]
+        lines += ["", "```sh", *(repro_line(v.case_id, meta) for v in failed[:MAX_LISTED]), "```"]
         lines += ["", "</details>"]
+    near = closest(verdicts)
+    if near:
+        lines += ["", f"<details><summary>the {len(near)} passed cases closest to their bound</summary>", ""]
+        lines += ["| case | suite | err/bound | err/floor | max abs | bound |", "|---|---|---:|---:|---:|---:|"]
+        lines += [
+            f"| `{_cell(v.case_id)}` | {_cell(v.suite)} | {_ratio(err_bound(v))} | {_ratio(v.err_floor)} "
+            f"| {_number(v.max_abs)} | {_number(v.detail['bound'])} |"
+            for v in near
+        ]
+        lines += ["", "```sh", *(repro_line(v.case_id, meta) for v in near), "```", "", "</details>"]
     lines += ["", f"<details><summary>worst {WORST_PER_SUITE} cases per suite by err/floor</summary>"]
-    for suite, members in _by_suite(verdicts).items():
+    for suite, members in by_suite(verdicts).items():
         lines += ["", f"**{_cell(suite)}**", ""]
         lines += ["| case | err/floor | max abs | floor | verdict |", "|---|---:|---:|---:|---|"]
         lines += [
@@ -268,7 +361,8 @@ def _checked(verdicts: list[Verdict]) -> list[Verdict]:
     return verdicts
 
 
-def _by_suite(verdicts: list[Verdict]) -> dict[str, list[Verdict]]:
+def by_suite(verdicts: list[Verdict]) -> dict[str, list[Verdict]]:
+    """{suite: its verdicts}, suites in first-seen order."""
     suites: dict[str, list[Verdict]] = {}
     for v in _checked(verdicts):
         suites.setdefault(v.suite, []).append(v)
@@ -281,11 +375,11 @@ def _badness(v: Verdict) -> tuple[bool, float, bool]:
     return nan, math.inf if nan else v.err_floor, not v.passed
 
 
-def _failures(verdicts: list[Verdict]) -> list[Verdict]:
+def failures(verdicts: list[Verdict]) -> list[Verdict]:
     """Failed cases, suite by suite (first-seen order), worst first within a suite."""
     return [
         v
-        for members in _by_suite(verdicts).values()
+        for members in by_suite(verdicts).values()
         for v in sorted(members, key=_badness, reverse=True)
         if not v.passed and not v.skipped
     ]
@@ -314,16 +408,9 @@ def _cell(text: str) -> str:
 
 
 def _meta_line(meta: dict) -> str:
-    parts = []
-    if "device" in meta:
-        parts.append(f"device: {meta['device']}")
-    versions = meta.get("versions")
-    if isinstance(versions, dict):
-        parts.append(", ".join(f"{name} {version}" for name, version in versions.items()))
-    elif versions is not None:
-        parts.append(str(versions))
-    if "tier" in meta:
-        parts.append(f"tier: {meta['tier']}")
+    """The header on one line, less the command and the shards (too long for it)."""
+    parts = [text if label == "versions" else f"{label}: {text}"
+             for label, text in header(meta) if label not in ("command", "shards")]
     return _cell(" · ".join(parts))
 
 
