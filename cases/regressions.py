@@ -113,6 +113,10 @@ DECODE_REGRESSIONS = (
                "per-token K scales were folded into the key tile in fp16 before the dot, which "
                "overflows once a token's scale passes 65504 / 448 (about 146)",
                case=_decode(dist="scalespread", tag="kscale16")),
+    Regression("fp16-query-unscaled",
+               "a bf16 query handed to fp16 dot operands unscaled: rows beyond 65504 become inf "
+               "(queries of fp8 caches whose scale makes the codes subnormal reach 1e5 and more)",
+               case=_decode(dist="subnormal", tag="q16")),
 )
 
 

@@ -204,3 +204,18 @@ def test_launch_keys_on_what_triton_specializes():
     assert launch._spec(32) != launch._spec(33)  # divisible by 16 or not
     assert launch._spec(32) != launch._spec(32 << 31)  # 32 or 64 bits
     assert launch._spec(2.0) == launch._spec(3.0)  # floats are not specialized
+
+
+@pytest.mark.parametrize("path", ["onepass", "split"])
+def test_per_token_v_scales_past_the_fp16_range_stay_finite(device, path):
+    """V scales times 2^24 (about 1e5): P * v_scale passes fp16's 65504, where an fp8 cache runs
+    fp16 operands (kernels/paged_decode/tuning.py); each P row is scaled into range first."""
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, 64, 0, (70, 33), 1, "shuffled", path,
+                                   cu=256 if path == "split" else 0)
+    inputs = decode_cases.build(case, device, 17)
+    inputs.v_scale.mul_(2.0 ** 24)
+    inputs.original_v.mul_(2.0 ** 24)
+    out = adapters.decode(inputs)
+    judged = floors.decode(inputs)
+    verdict = gate.judge("t", case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple)
+    assert verdict.passed, verdict.reasons

@@ -46,7 +46,7 @@ _KDA = "kernels.kda.api"
 # The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
 _KS_LOAD = ("        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot\n"
             "        ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])\n")
-_K_TILE = "tl.trans(tl.reshape(to_f32(k, FP8_MODE).to(DOT), [BLOCK_N, D]))"
+_K_TILE = "tl.trans(tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D]))"
 
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
@@ -100,14 +100,18 @@ MUTANTS = (
            "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)"),
     Mutant("k-scale-folded-fp16", "kernels.paged_decode.partition", _API, "_partition",
            "    k = " + _K_TILE + "\n"
-           "    s = tl.dot(q, k) * qk_scale\n"
+           "    s = tl.dot(q, k) * qk_scale[:, None]\n"
            "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
            "        s = s * tl.reshape(ks, [BLOCK_N])[None, :]\n",
            "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
            "        k = tl.trans(tl.reshape(to_f32(k, FP8_MODE) * ks[:, :, None], [BLOCK_N, D]).to(tl.float16))\n"
-           "        s = tl.dot(q.to(tl.float32).to(tl.float16), k) * qk_scale\n"
+           "        s = tl.dot(q.to(tl.float32).to(tl.float16), k) * qk_scale[:, None]\n"
            "    else:\n"
-           "        s = tl.dot(q, " + _K_TILE + ") * qk_scale\n"),
+           "        s = tl.dot(q, " + _K_TILE + ") * qk_scale[:, None]\n"),
+    # A shift of 1 leaves the query as it comes, and its undoing a no-op.
+    Mutant("fp16-query-unscaled", "kernels.paged_decode.partition", _API, "_partition",
+           "q_shift = pow2_into(tl.max(tl.abs(q), axis=1), 15)",
+           "q_shift = pow2_into(tl.max(tl.abs(q), axis=1) * 0.0 + 1.0, 1)"),
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
            "S = tl.zeros([K, BV], dtype=tl.float32)"),

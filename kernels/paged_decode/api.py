@@ -149,7 +149,9 @@ def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
     The query's dtype compiled (it holds the query, a cache of that dtype and every
     fp8 value exactly; P, where it is narrower than fp32, enters as two terms of it),
-    fp32 under the Triton interpreter.
+    fp32 under the Triton interpreter. An fp8 cache may run fp16 operands instead
+    (the arch's tuning, kernels/paged_decode/tuning.py), each row scaled into fp16's
+    range by a power of two: the same values, so the same precision.
     """
     return _arch.dot_dtype(query_dtype, device)
 
@@ -307,8 +309,9 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
     fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
     rows = group * num_q
-    constexprs = dict(G=group, Q=num_q, M_PAD=max(16, 1 << (rows - 1).bit_length()),
-                      FP8_MODE=fp8_mode, DOT=_TL[dot_dtype(query.dtype, device)])
+    fp8_dot = _tuning.tuning(_arch.arch_name(device)).fp8_dot if _arch.fp8_format(key_cache.dtype) else None
+    constexprs = dict(G=group, Q=num_q, M_PAD=max(16, 1 << (rows - 1).bit_length()), FP8_MODE=fp8_mode,
+                      DOT=tl.float16 if fp8_dot == "fp16" else _TL[dot_dtype(query.dtype, device)])
     return _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
                  per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,

@@ -38,6 +38,16 @@ loads. fp8 values are decoded exactly to fp32 (natively or from their bits),
 fed to `tl.dot` in DOT dtype (bf16/fp16 hold every fp8 value exactly), and
 the scales are applied to scores and probabilities in fp32. Where DOT is
 narrower than fp32, P enters the PV product as two DOT terms, P_hi + (P - P_hi).
+
+DOT = fp16 on an fp8 cache (the arch's tuning asks for it: the hardware turns
+two fp8 codes into two fp16 values in one instruction, where bf16 needs a
+detour through fp32): fp16's range is narrow, so each operand row is scaled
+by a power of two (exact) into it and the product scaled back. Query row r:
+q_r * 2^a_r with max |q_r| * 2^a_r in [2^14, 2^15), s_r = (q_r 2^a_r . k) * 2^-a_r;
+with per-token V scales, P row r of a tile as p_rj * v_scale_j * 2^b_r with its
+largest entry in [2^14, 2^15), and its PV row scaled by 2^-b_r. Every fp8 and
+bf16 query value keeps its bits (down to 2^-28 of its row's largest), so the
+math is that of bf16 operands.
 """
 
 import triton
@@ -74,6 +84,24 @@ def to_f32(raw, FP8_MODE: tl.constexpr):
 
 
 @triton.jit
+def to_dot(raw, FP8_MODE: tl.constexpr, DOT: tl.constexpr):
+    """A loaded cache tile as dot operands: native fp8 straight to fp16 where DOT is fp16, else via fp32."""
+    if FP8_MODE == arch.FP8_NATIVE and DOT == tl.float16:
+        return raw.to(tl.float16)
+    return to_f32(raw, FP8_MODE).to(DOT)
+
+
+@triton.jit
+def pow2_into(x, TOP: tl.constexpr):
+    """2^a (fp32) with x * 2^a in [2^(TOP-1), 2^TOP), elementwise, for finite x > 0 (a clamped to
+    [-126, 127]); 1 where x is 0 or not finite."""
+    exponent = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    a = tl.minimum(tl.maximum(TOP - 1 - exponent, -126), 127)
+    factor = ((a + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.where((x > 0) & (x < float("inf")), factor, 1.0)
+
+
+@triton.jit
 def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
                 k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
                 v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
@@ -101,8 +129,8 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     k_base = page * k_blk + kvh * k_head + slot * k_slo
     k_off = k_base[:, None, None] + lanes[None, :, None] * k_slo + k_dim_off[None, None, :]
     k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
-    k = tl.trans(tl.reshape(to_f32(k, FP8_MODE).to(DOT), [BLOCK_N, D]))
-    s = tl.dot(q, k) * qk_scale
+    k = tl.trans(tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D]))
+    s = tl.dot(q, k) * qk_scale[:, None]
     if PER_TOKEN_SCALE:
         ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot
         ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])
@@ -119,11 +147,10 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     v_base = page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo
     v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + dims[None, None, :] * v_dlo
     v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
-    v = tl.reshape(to_f32(v, FP8_MODE), [BLOCK_N, D])
+    v = tl.reshape(to_dot(v, FP8_MODE, DOT), [BLOCK_N, D])
     if TAIL:
         # Unused slots past the sequence end may hold NaN bytes: their p is 0, but 0 * NaN is NaN.
         v = tl.where(keys[:, None] < kv_hi, v, 0.0)
-    v = v.to(DOT)
     if PER_TOKEN_SCALE:
         vs_off = page * vs_blk + kvh * vs_head + slot * vs_slot
         vs = tl.reshape(tl.load(v_scale_ptr + vs_off[:, None] + lanes[None, :] * vs_slot, mask=page_ok[:, None]),
@@ -131,12 +158,17 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
         if TAIL:
             vs = tl.where(keys < kv_hi, vs, 0.0)
         p = p * vs[None, :]
+        if DOT == tl.float16:
+            p_shift = pow2_into(tl.max(p, axis=1), 15)
+            p = p * p_shift[:, None]
     p_dot = p.to(DOT)
     pv = tl.dot(p_dot, v)
     if DOT != tl.float32:
         # P rounded to bf16 is off by up to 2^-9 of itself (a row that sees one key with a
         # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
         pv += tl.dot((p - p_dot.to(tl.float32)).to(DOT), v)
+    if PER_TOKEN_SCALE and DOT == tl.float16:
+        pv = pv * (1.0 / p_shift)[:, None]
     acc = acc * alpha[:, None] + pv
     return acc, m_new, l_i
 
@@ -185,11 +217,16 @@ def decode_partition_kernel(
     part_hi = tl.minimum(part_lo + part_size, kv_hi)
 
     q_off = seq.to(tl.int64) * s_qi + tok[:, None] * s_qp + head[:, None] * s_qh + dims[None, :]
-    q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0).to(tl.float32).to(DOT)
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0).to(tl.float32)
     if PER_TOKEN_SCALE:
-        qk_scale = scale * LOG2E
+        qk_scale = tl.full([M_PAD], scale * LOG2E, tl.float32)
     else:
-        qk_scale = scale * LOG2E * tl.load(k_scale_ptr).to(tl.float32)
+        qk_scale = tl.full([M_PAD], scale * LOG2E * tl.load(k_scale_ptr).to(tl.float32), tl.float32)
+    if DOT == tl.float16:
+        q_shift = pow2_into(tl.max(tl.abs(q), axis=1), 15)
+        q = q * q_shift[:, None]
+        qk_scale = qk_scale / q_shift
+    q = q.to(DOT)
 
     m_i = tl.full([M_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([M_PAD], tl.float32)

@@ -3,8 +3,11 @@
 A row gives, for head sizes up to `max_head_dim`, the keys per loop step
 (`block_n`), the warps per program, the software-pipelining depth and a
 register cap; and for
-the arch, whether the auto path may split and how many partition programs per
-CU it aims for. `config(arch, head_dim)` picks the first row that fits; an arch
+the arch, whether the auto path may split, how many partition programs per
+CU it aims for, and the dot operand dtype of fp8 caches ("fp16": two fp8
+codes become two fp16 values in one instruction on Hopper, and the kernel
+scales rows into fp16's range; None: the query's dtype, as for other caches).
+The CPU runs the fp16 operands too, so the interpreter checks that code. `config(arch, head_dim)` picks the first row that fits; an arch
 without a table gets DEFAULT. The interpreter ("cpu") takes large steps: its
 cost is per step, not per key.
 
@@ -30,19 +33,21 @@ class LaunchConfig:
 @dataclass(frozen=True)
 class ArchTuning:
     """rows: launch configs by head size; split: the auto path may split on this arch;
-    programs_per_cu: partition programs the split aims for per CU."""
+    programs_per_cu: partition programs the split aims for per CU; fp8_dot: the dot operand
+    dtype of fp8 caches ("fp16", or None for the query's dtype)."""
 
     rows: tuple
     split: bool
     programs_per_cu: int
+    fp8_dot: str | None = None
 
 
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2), LaunchConfig(256, 64, 4, 2)),
-                       split=True, programs_per_cu=2),
+                       split=True, programs_per_cu=2, fp8_dot="fp16"),
     "gfx950": ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2)),
                          split=True, programs_per_cu=2),
-    "cpu": ArchTuning(rows=(LaunchConfig(256, 256, 4, 1),), split=False, programs_per_cu=2),
+    "cpu": ArchTuning(rows=(LaunchConfig(256, 256, 4, 1),), split=False, programs_per_cu=2, fp8_dot="fp16"),
 }
 DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2)),
                      split=False, programs_per_cu=2)
