@@ -1,5 +1,9 @@
 """GPU-only decode checks: bit-exact repeats, 64-bit cache offsets, one-key rows exact to the store."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -54,3 +58,35 @@ def test_a_row_that_sees_one_key_loses_only_the_output_rounding(device, path):
     ref8 = floors.decode(inputs).ref8
     half_ulp = torch.ldexp(torch.ones_like(ref8), torch.frexp(ref8).exponent - 9)  # bf16 keeps 8 bits
     assert bool(((out - ref8).abs() <= half_ulp * 1.01).all())
+
+
+HOSTILE = """
+import torch
+from cases import decode as decode_cases
+from verify import adapters
+case = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, 64, 0, (300, 41, 7), 1, "shuffled", "{path}",
+                               cu=256 if "{path}" == "split" else 0)
+inputs = decode_cases.build(case, torch.device("cuda"), 3)
+pool = inputs.key_cache.shape[0]
+inputs.block_tables[0, :3] = torch.tensor([pool, 1 << 30, -7], dtype=inputs.block_tables.dtype)
+inputs.block_tables[1, -1] = -(1 << 31)
+inputs.seq_lens[1] = 1 << 30   # past the table row and max_seq_len
+inputs.seq_lens[2] = -5
+from kernels.paged_decode import paged_attention_decode
+paged_attention_decode(inputs.out, inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables,
+                       inputs.seq_lens, inputs.scale, inputs.k_scale, inputs.v_scale, 0, layout="shuffled",
+                       max_seq_len=inputs.max_seq_len, force_split={split}, validate=False)
+torch.cuda.synchronize()
+print("no fault")
+"""
+
+
+@pytest.mark.parametrize("path", ["onepass", "split"])
+def test_hostile_block_ids_and_lengths_never_fault(path):
+    """Block ids past the pool and negative, lengths past the table and negative, unchecked
+    (validate=False): the kernels clamp every index they read, so the call may compute garbage
+    but never touches memory outside its tensors (a fault would kill the child process)."""
+    script = HOSTILE.format(path=path, split=path == "split")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and "no fault" in done.stdout, done.stderr[-2000:]

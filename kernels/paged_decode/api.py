@@ -217,7 +217,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         _launch.launch(_partition.decode_partition_kernel, (num_seqs, num_kv_heads, plan.n_part), (
             out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
             m_ws, l_ws, acc_ws,
-            float(scale), sliding_window, plan.part_size,
+            float(scale), sliding_window, plan.part_size, call.num_blocks, block_tables.shape[1] * call.block_size,
             *call.strides,
             kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
             vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],

@@ -18,6 +18,12 @@ hold only written slots; at most one tail tile reaches past L, and only it
 zeroes the V rows and V scales there (unused slots may hold NaN bytes and
 inf or NaN scales).
 
+Indices read from memory are clamped before they address anything: a
+sequence length to [0, table_keys] (the keys its block-table row covers) and
+a block id to [0, num_blocks). A bad table or length gives a wrong answer,
+never a load outside the caches or the table (the host checks them when asked:
+`validate`).
+
 SPLIT = False: one partition; the program writes out = acc / l (0 where l = 0).
 SPLIT = True : the program writes m and l of every row, and acc only when its
 partition holds a key; the reduce kernel merges the partitions.
@@ -103,7 +109,7 @@ def pow2_into(x, TOP: tl.constexpr):
 
 @triton.jit
 def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
-                k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
+                num_blocks, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
                 v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
                 D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
                 V_SX: tl.constexpr, FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
@@ -123,7 +129,7 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     # Whole blocks of the table are readable; keys outside the partition are masked from the scores.
     page_ok = (first >= 0) & (first < table_hi)
     page = tl.load(bt_ptr + seq.to(tl.int64) * s_bti + first // BLOCK_SIZE, mask=page_ok, other=0)
-    page = page.to(tl.int64)
+    page = tl.minimum(tl.maximum(page, 0), num_blocks - 1).to(tl.int64)
     slot = tl.multiple_of(first % BLOCK_SIZE, CHUNK)  # tiles start on chunk boundaries
 
     k_base = page * k_blk + kvh * k_head + slot * k_slo
@@ -177,7 +183,7 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
 def decode_partition_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, k_scale_ptr, v_scale_ptr,
     m_ws_ptr, l_ws_ptr, acc_ws_ptr,
-    scale, window, part_size,
+    scale, window, part_size, num_blocks, table_keys,
     s_oi, s_op, s_oh,
     s_qi, s_qp, s_qh,
     s_bti,
@@ -197,7 +203,7 @@ def decode_partition_kernel(
     part = tl.program_id(2)
     LOG2E: tl.constexpr = 1.4426950408889634
 
-    seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + seq).to(tl.int32), 0), table_keys)
     rows = tl.arange(0, M_PAD)
     row_ok = rows < G * Q
     tok = rows // G
@@ -236,7 +242,7 @@ def decode_partition_kernel(
     # Tiles that end at or before the sequence end; then at most one tail tile.
     table_hi = ((kv_hi + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
     body_hi = tl.minimum(part_hi, kv_hi - BLOCK_N + 1)
-    args = (seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
+    args = (seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi, num_blocks,
             k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
             v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot)
     for start in range(part_lo, body_hi, BLOCK_N):
