@@ -219,3 +219,19 @@ def test_per_token_v_scales_past_the_fp16_range_stay_finite(device, path):
     judged = floors.decode(inputs)
     verdict = gate.judge("t", case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple)
     assert verdict.passed, verdict.reasons
+
+
+@pytest.mark.parametrize("cache", ["e4m3fn", "e4m3fnuz"])
+def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch):
+    """Archs whose tuning gives fp8 caches no fp16 operands decode the bits to fp32 (decode_fp8_bits):
+    the CPU takes that road here, on a cache whose codes are mostly subnormal."""
+    from kernels.paged_decode import tuning
+    cpu = tuning.TABLES["cpu"]
+    monkeypatch.setitem(tuning.TABLES, "cpu", tuning.ArchTuning(cpu.rows, cpu.split, cpu.programs_per_cu))
+    case = decode_cases.DecodeCase(cache, "tensor", 16, 8, 2, 64, 0, (40, 9), 1, "shuffled", "onepass",
+                                   dist="subnormal")
+    inputs = decode_cases.build(case, device, 19)
+    out = adapters.decode(inputs)
+    judged = floors.decode(inputs)
+    verdict = gate.judge("t", case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple)
+    assert verdict.passed, verdict.reasons

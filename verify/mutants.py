@@ -86,9 +86,11 @@ MUTANTS = (
            "row_lo = tl.maximum(row_hi - window, 0)", "row_lo = tl.maximum(row_hi - window + 1, 0)"),
     Mutant("graph-growth", "kernels.paged_decode.workspace", _API, "_workspace",
            'store.setdefault("retired", []).append(old)', "pass"),
+    # The decoder the CPU and sm90 run for bit-decoded fp8 (fp16 operands); the fp32 one has a test.
     Mutant("fp8-subnormals-flushed", "kernels.paged_decode.partition", _API, "_partition",
-           "value = tl.where(exponent == 0, sub, normal.to(tl.float32, bitcast=True))",
-           "value = tl.where(exponent == 0, 0.0, normal.to(tl.float32, bitcast=True))"),
+           "    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)\n",
+           "    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)\n"
+           "    value = tl.where((b & 0x78) == 0, 0.0, value)\n"),
     Mutant("running-max-from-zero", "kernels.paged_decode.partition", _API, "_partition",
            'm_i = tl.full([M_PAD], float("-inf"), tl.float32)', "m_i = tl.zeros([M_PAD], tl.float32)"),
     Mutant("running-max-frozen", "kernels.paged_decode.partition", _API, "_partition",

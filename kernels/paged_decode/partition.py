@@ -53,7 +53,10 @@ q_r * 2^a_r with max |q_r| * 2^a_r in [2^14, 2^15), s_r = (q_r 2^a_r . k) * 2^-a
 with per-token V scales, P row r of a tile as p_rj * v_scale_j * 2^b_r with its
 largest entry in [2^14, 2^15), and its PV row scaled by 2^-b_r. Every fp8 and
 bf16 query value keeps its bits (down to 2^-28 of its row's largest), so the
-math is that of bf16 operands.
+math is that of bf16 operands. Where the hardware has no fp8 conversion (the
+interpreter; e4m3fnuz on NVIDIA) the codes' sign, exponent and mantissa are
+moved into fp16's fields, which is the value times 2^-(15 - bias) exactly
+(subnormals included); the scores' scale and P carry that power of two back.
 """
 
 import triton
@@ -90,11 +93,38 @@ def to_f32(raw, FP8_MODE: tl.constexpr):
 
 
 @triton.jit
+def fp8_bits_to_f16(raw, FP8_MODE: tl.constexpr):
+    """uint8 codes -> fp16 holding value * 2^-F16_SHIFT: sign, exponent and mantissa moved into
+    fp16's fields (fp16's subnormals take the fp8 subnormals exactly), NaN codes to NaN."""
+    b = raw.to(tl.uint16)
+    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)
+    if FP8_MODE == arch.FP8_BITS_E4M3FN:
+        is_nan = (b & 0x7F) == 0x7F
+    else:
+        is_nan = b == 0x80
+    return tl.where(is_nan, float("nan"), value)
+
+
+@triton.jit
 def to_dot(raw, FP8_MODE: tl.constexpr, DOT: tl.constexpr):
-    """A loaded cache tile as dot operands: native fp8 straight to fp16 where DOT is fp16, else via fp32."""
-    if FP8_MODE == arch.FP8_NATIVE and DOT == tl.float16:
+    """A loaded cache tile as dot operands. fp16 from fp8: native in one step, or from the bits
+    as value / f16_shift (the scores' scale and P multiply it back); else via fp32."""
+    if DOT == tl.float16 and FP8_MODE == arch.FP8_NATIVE:
         return raw.to(tl.float16)
+    if DOT == tl.float16 and (FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ):
+        return fp8_bits_to_f16(raw, FP8_MODE)
     return to_f32(raw, FP8_MODE).to(DOT)
+
+
+@triton.jit
+def f16_shift(FP8_MODE: tl.constexpr, DOT: tl.constexpr):
+    """2^k with the fp16 operands of fp8_bits_to_f16 = value * 2^-k (15 minus the fp8 bias), else 1."""
+    if DOT == tl.float16 and FP8_MODE == arch.FP8_BITS_E4M3FN:
+        return 256.0
+    elif DOT == tl.float16 and FP8_MODE == arch.FP8_BITS_E4M3FNUZ:
+        return 128.0
+    else:
+        return 1.0
 
 
 @triton.jit
@@ -167,6 +197,9 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
         if DOT == tl.float16:
             p_shift = pow2_into(tl.max(p, axis=1), 15)
             p = p * p_shift[:, None]
+    else:
+        # V from bit-decoded fp8 is value * 2^-k: P carries the 2^k back (p <= 1, so P * 2^k fits fp16).
+        p = p * f16_shift(FP8_MODE, DOT)
     p_dot = p.to(DOT)
     pv = tl.dot(p_dot, v)
     if DOT != tl.float32:
@@ -174,7 +207,7 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
         # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
         pv += tl.dot((p - p_dot.to(tl.float32)).to(DOT), v)
     if PER_TOKEN_SCALE and DOT == tl.float16:
-        pv = pv * (1.0 / p_shift)[:, None]
+        pv = pv * (f16_shift(FP8_MODE, DOT) / p_shift)[:, None]
     acc = acc * alpha[:, None] + pv
     return acc, m_new, l_i
 
@@ -231,7 +264,7 @@ def decode_partition_kernel(
     if DOT == tl.float16:
         q_shift = pow2_into(tl.max(tl.abs(q), axis=1), 15)
         q = q * q_shift[:, None]
-        qk_scale = qk_scale / q_shift
+        qk_scale = qk_scale / q_shift * f16_shift(FP8_MODE, DOT)
     q = q.to(DOT)
 
     m_i = tl.full([M_PAD], float("-inf"), tl.float32)
