@@ -14,8 +14,9 @@ defaults. Each line becomes a case with its stable id, built with the same
 adversarial builders as the tiers' cases (poisoned pools, NaN scratch, ...).
 
 `recorder(fn, path)` wraps a decode function with the signature of
-`paged_attention_decode`: each call appends the line of its shapes to
-`path`, then calls `fn`. Wrap the decode a real program calls, run it, and
+`paged_attention_decode` (`recorder(fn, path, "kda")`: a KDA forward with
+that of `flash_kda_fwd`): each call appends the line of its shapes to
+`path`, then calls `fn`. Wrap the function a real program calls, run it, and
 the file is a workload.
 """
 
@@ -92,13 +93,50 @@ def shapes(query, key_cache, k_scale, seq_lens, sliding_window, layout) -> dict:
             "q": q4.shape[1], "layout": layout}
 
 
-def recorder(fn, path):
-    """`fn` (a decode with the signature of paged_attention_decode), appending each call's shapes to `path`."""
-    def recorded(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                 sliding_window, *, layout="shuffled", **kwargs):
-        line = shapes(query, key_cache, k_scale, seq_lens, sliding_window, layout)
-        with open(path, "a") as fh:
-            fh.write(json.dumps(line) + "\n")
-        return fn(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                  sliding_window, layout=layout, **kwargs)
+_KDA_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def kda_shapes(q, v, *, cu_seqlens=None, gate="log", beta_sigmoid=False, qk_l2norm=False, initial_state=None,
+               state_v_first=False, state_cache=None, **_) -> dict:
+    """The workload line of one KDA forward call (with cu_seqlens a device sync: the offsets come to
+    the host)."""
+    batch, seq_len, heads, dim_k = q.shape
+    if v.shape[-1] != dim_k:
+        raise ValueError(f"v: the KDA cases have V == K, got K = {dim_k}, V = {v.shape[-1]}")
+    if state_cache is not None:
+        state = "paged"
+    elif initial_state is not None:
+        state = "vfirst" if state_v_first else "dense"
+    else:
+        state = "none"
+    line = {"operator": "kda", "h": heads, "dim": dim_k, "gate": gate, "beta_sigmoid": bool(beta_sigmoid),
+            "l2norm": bool(qk_l2norm), "state": state, "dtype": _KDA_DTYPES.get(q.dtype, str(q.dtype))}
+    if cu_seqlens is not None:
+        offsets = cu_seqlens.tolist()
+        line["lens"] = [b - a for a, b in zip(offsets, offsets[1:])]
+    else:
+        line.update(b=batch, t=seq_len)
+    return line
+
+
+def recorder(fn, path, operator: str = "decode"):
+    """`fn` (a decode with the signature of paged_attention_decode, or with operator "kda" a KDA
+    forward with that of flash_kda_fwd), appending each call's shapes to `path`."""
+    if operator == "decode":
+        def recorded(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
+                     sliding_window, *, layout="shuffled", **kwargs):
+            _append(path, shapes(query, key_cache, k_scale, seq_lens, sliding_window, layout))
+            return fn(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
+                      sliding_window, layout=layout, **kwargs)
+    elif operator == "kda":
+        def recorded(q, k, v, g, beta, **kwargs):
+            _append(path, kda_shapes(q, v, **kwargs))
+            return fn(q, k, v, g, beta, **kwargs)
+    else:
+        raise ValueError(f"operator: expected 'decode' or 'kda', got {operator!r}")
     return recorded
+
+
+def _append(path, line: dict) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
