@@ -1,6 +1,6 @@
 """Paged decode on a GPU against the copy bandwidth and the SDPA peer.
 
-    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep]
+    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep] [--baseline DIR]
 
 One process measures the device-to-device copy bandwidth first, then for each
 shape of SHAPES times, CUDA-graph replayed in mirrored rounds (medians):
@@ -12,6 +12,10 @@ gives the bytes the window needs (K, V and their per-token scales), TB/s and
 the percentage of the copy; for auto, the host time of a plain call
 (enqueue time over HOST_CALLS calls, no sync inside). Inputs rotate over
 enough copies to be several times the L2, so no path is timed out of cache.
+
+--baseline DIR adds the auto path of another checkout's kernels (bench.baseline),
+timed in the same interleaved rounds, with the ratio auto / baseline and the largest
+difference between the two outputs on the first input set.
 
 --sweep times every launch config of SWEEP on the SWEEP_SHAPES (auto path)
 and prints the fastest per head size: how the rows of
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from bench import baseline
 from bench.timing import copy_tbps, interleaved
 from cases.decode import DecodeCase, build
 from kernels import arch
@@ -107,7 +112,7 @@ def _input_sets(shape: Shape, device) -> list:
     return [first] + [build(shape.case("auto"), device, 1234 + i) for i in range(1, count)]
 
 
-def _decode(sets, force_split):
+def _decode(sets, force_split, entry=paged_attention_decode):
     outs = [torch.empty_like(s.out) for s in sets]
     state = {"i": 0}
 
@@ -115,9 +120,9 @@ def _decode(sets, force_split):
         i = state["i"] = (state["i"] + 1) % len(sets)
         s = sets[i]
         case = s.case
-        paged_attention_decode(outs[i], s.query, s.key_cache, s.value_cache, s.block_tables, s.seq_lens,
-                               s.scale, s.k_scale, s.v_scale, case.window, layout=case.layout,
-                               max_seq_len=s.max_seq_len, force_split=force_split)
+        entry(outs[i], s.query, s.key_cache, s.value_cache, s.block_tables, s.seq_lens,
+              s.scale, s.k_scale, s.v_scale, case.window, layout=case.layout,
+              max_seq_len=s.max_seq_len, force_split=force_split)
     return fn
 
 
@@ -162,11 +167,24 @@ def _auto_choice(shape: Shape, device) -> str:
     return f"split x{plan.n_part}" if plan.split else "one-pass"
 
 
-def measure(shape: Shape, device, copy: float, rounds: int) -> dict:
+def _largest_difference(entry_a, entry_b, s) -> float:
+    """max |a - b| of two decode entries' outputs on the input set `s` (auto path)."""
+    outs = []
+    for entry in (entry_a, entry_b):
+        out = torch.empty_like(s.out)
+        entry(out, s.query, s.key_cache, s.value_cache, s.block_tables, s.seq_lens, s.scale, s.k_scale,
+              s.v_scale, s.case.window, layout=s.case.layout, max_seq_len=s.max_seq_len)
+        outs.append(out.float())
+    return (outs[0] - outs[1]).abs().max().item()
+
+
+def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> dict:
     sets = _input_sets(shape, device)
     calls = len(sets) * math.ceil(10 / len(sets))
     fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False), "split": _decode(sets, True),
            "auto again": _decode(sets, None), "sdpa": _sdpa(shape, device, len(sets))}
+    if baseline is not None:
+        fns["baseline"] = _decode(sets, None, baseline.paged_attention_decode)
     timed = interleaved(fns, calls=calls, rounds=rounds)
     host = _host_us(_decode(sets[:1], None))
     row = dict(shape=shape.name, **dataclasses.asdict(shape), bytes=shape.bytes, sets=len(sets),
@@ -176,6 +194,11 @@ def measure(shape: Shape, device, copy: float, rounds: int) -> dict:
         row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), tbps=tbps, pct_copy=100 * tbps / copy)
     row["best_path"] = min(("one-pass", "split", "auto"), key=lambda n: row[n]["us"])
     row["sdpa_over_auto"] = row["sdpa"]["us"] / row["auto"]["us"]
+    if baseline is not None:
+        row["auto_over_baseline"] = row["auto"]["us"] / row["baseline"]["us"]
+        row["baseline_host_us"] = _host_us(_decode(sets[:1], None, baseline.paged_attention_decode))
+        row["largest_difference"] = _largest_difference(paged_attention_decode, baseline.paged_attention_decode,
+                                                        sets[0])
     return row
 
 
@@ -185,7 +208,10 @@ def _print_row(row: dict) -> None:
           f"{row['auto_chose']:>10} {row['bytes'] / 1e6:>8.1f} {a['tbps']:>6.2f} {a['pct_copy']:>5.0f}% "
           f"{row['host_us']:>7.1f} {row['sdpa']['us']:>8.1f} {row['sdpa_over_auto']:>6.2f} "
           f"{row['auto again']['ratio_to_auto']:>5.3f} ({row['auto again']['spread'][0]:.3f}-"
-          f"{row['auto again']['spread'][1]:.3f})", flush=True)
+          f"{row['auto again']['spread'][1]:.3f})"
+          + (f"  baseline {row['baseline']['us']:.1f} us, auto/baseline {row['auto_over_baseline']:.3f}, "
+             f"host {row['baseline_host_us']:.1f} us, max |diff| {row['largest_difference']:.3g}"
+             if "baseline" in row else ""), flush=True)
 
 
 def sweep(device, rounds: int) -> list:
@@ -269,11 +295,14 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
     p.add_argument("--sweep", action="store_true", help="time the launch configs of SWEEP instead")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="also time the auto path of the kernels of the checkout at DIR (bench.baseline)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: needs a GPU", file=sys.stderr)
         return 2
     device = torch.device("cuda")
+    base = baseline.load(args.baseline) if args.baseline else None
     copy = copy_tbps()
     head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}, {arch.cu_count(device)} CUs), "
             f"torch {torch.__version__}, triton {triton.__version__}\ncommand: {' '.join(sys.argv)}\n"
@@ -289,7 +318,7 @@ def main(argv=None) -> int:
               f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
         rows = []
         for shape in shapes:
-            row = measure(shape, device, copy, args.rounds)
+            row = measure(shape, device, copy, args.rounds, base)
             _print_row(row)
             rows.append(row)
             torch.cuda.empty_cache()

@@ -76,14 +76,14 @@ def test_a_kda_state_off_by_1e_3_fails_the_matched_floor_and_passed_the_bf16_one
     if adapters.kda_dot_dtype(inputs) != torch.float32:
         pytest.skip("the kernel's dots take bf16 here: its matched floor is the bf16 one")
     real = _kda_outputs(device)
-    assert runner.kda_verdict(KDA_CASE, device).passed
+    assert runner.case_verdict(KDA_CASE, device).passed
     state = real["state"].clone()
     state[0, 0, 3, 5] += 1e-3
     monkeypatch.setattr(adapters, "kda", lambda inputs: ({"o": real["o"], "state": state}, True))
-    verdict = runner.kda_verdict(KDA_CASE, device)
+    verdict = runner.case_verdict(KDA_CASE, device)
     assert not verdict.passed and verdict.reasons[0].startswith("state: max abs err")
     _reporting(monkeypatch, torch.bfloat16)
-    assert runner.kda_verdict(KDA_CASE, device).passed
+    assert runner.case_verdict(KDA_CASE, device).passed
 
 
 def test_a_decode_output_off_by_a_few_floors_fails_the_matched_floor_and_passed_the_bf16_one(device, monkeypatch):
@@ -104,6 +104,6 @@ def test_a_decode_output_off_by_a_few_floors_fails_the_matched_floor_and_passed_
     err = float((out.double() - ref8).abs().max())
     assert tight_bound < err < loose_bound
     monkeypatch.setattr(adapters, "decode", lambda inputs: out)
-    assert not runner.decode_verdict(DECODE_CASE, device).passed
+    assert not runner.case_verdict(DECODE_CASE, device).passed
     _reporting(monkeypatch, torch.bfloat16)
-    assert runner.decode_verdict(DECODE_CASE, device).passed
+    assert runner.case_verdict(DECODE_CASE, device).passed

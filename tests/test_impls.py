@@ -82,7 +82,7 @@ def test_a_bad_spec_is_refused_naming_impl(spec, fragment, capsys):
 
 def test_one_implementation_per_operator():
     with pytest.raises(ValueError, match="one implementation per operator"):
-        impls.select(["torch", "decode=verify.impls:torch_decode"])
+        impls.select(["torch", "decode=verify.decode_op:torch_decode"])
     assert runner.implementations()["decode"].name == "triton"
 
 

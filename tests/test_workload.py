@@ -67,3 +67,22 @@ def test_the_recorder_writes_the_shapes_of_each_call(tmp_path, device):
                layout=case.layout, max_seq_len=inputs.max_seq_len)
     assert [c.id for c in workload.load(path)] == [case.id, case.id]
     assert inputs.out.isfinite().all()
+
+
+def test_the_kda_recorder_writes_cases_that_rebuild_the_call(tmp_path, device):
+    """A recorded KDA call comes back as the case of the same shapes and options."""
+    from cases import kda as kda_cases
+    from kernels.kda import flash_kda_fwd
+    case = kda_cases.KdaCase.from_id("kda-L70_0_33-h2-k64-softplus-sig-l2-dense-auto")
+    inputs = kda_cases.build(case, device, 3)
+    path = tmp_path / "kda.jsonl"
+    forward = workload.recorder(flash_kda_fwd, path, "kda")
+    o, final = forward(inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, **inputs.kwargs)
+    (again,) = workload.load(path)
+    assert again.id == case.id
+    assert o.isfinite().all() and final is not None
+
+
+def test_the_recorder_refuses_an_unknown_operator():
+    with pytest.raises(ValueError, match="operator: expected 'decode' or 'kda', got 'mla'"):
+        workload.recorder(paged_attention_decode, "x.jsonl", "mla")

@@ -11,7 +11,7 @@ a number (an output not written, a raise, a crash). Failed cases are also
 counted per bin apart.
 
 Heat map: over two matrix factors of the suite's cases (the fields of the
-case type its ids parse to: cases.decode.DecodeCase, cases.kda.KdaCase, plus
+case type its ids parse to, verify.operators: cases.decode.DecodeCase, cases.kda.KdaCase, plus
 `len`, the longest sequence rounded up to a power of two), one cell per pair
 of values that occurs, holding the worst err/bound among its cases (a failed
 case without a number counts as worst), how many cases and how many failed.
@@ -24,18 +24,13 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from cases.decode import DecodeCase
-from cases.kda import KdaCase
-from verify import report
+from verify import operators, report
 from verify.verdict import Verdict
 
-# The case type of each operator, by the id's first word.
-CASE_TYPES = {"decode": DecodeCase, "kda": KdaCase}
-# The factor pairs of a suite's default heat maps, by operator: (rows, columns).
-HEAT = {
-    "decode": (("window", "len"), ("cache", "dist")),
-    "kda": (("tag", "gate"), ("state", "len")),
-}
+# The case type of each operator, by the id's first word, and the factor pairs of a suite's
+# default heat maps, (rows, columns): each operator's record (verify.operators).
+CASE_TYPES = {name: op.case_type for name, op in operators.OPERATORS.items()}
+HEAT = {name: op.heat for name, op in operators.OPERATORS.items()}
 DECADE_STEPS = 4
 LOW, HIGH = -4, 2  # decades of the histogram's range
 BIN_EDGES = tuple(10.0 ** (LOW + k / DECADE_STEPS) for k in range((HIGH - LOW) * DECADE_STEPS + 1))

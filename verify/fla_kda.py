@@ -20,6 +20,11 @@ import torch
 PACKAGE = "fla-core"
 
 
+def check() -> None:
+    """ValueError naming --impl and the package when fla-core cannot be imported here."""
+    _fla_kda()
+
+
 def _fla_kda():
     try:
         from fla.ops import kda

@@ -7,7 +7,7 @@ A case outside them is SKIPPED with the reason, never judged and never a
 pass; a case it raises on is a FAIL. SPEC is one of
 
     triton                   ours, every operator and kernel path (the default)
-    torch                    the decode baseline below
+    torch                    a plain decode baseline (verify/decode_op.py)
     fla-chunk                fla-core's chunk_kda (verify/fla_kda.py; the `fla` extra)
     fla-recurrent            fla-core's fused_recurrent_kda
     decode=MODULE:FUNCTION   a user's decode, MODULE an importable name or a .py path
@@ -31,7 +31,8 @@ states. Capabilities come from the optional attribute `fn.quantfloor_caps`
 `cases.decode.DecodeCase` or `cases.kda.KdaCase`); without it every case is
 tried. Our kernel paths (decode onepass, split, auto; KDA schedules) are ours
 alone: another implementation runs the `auto` cases, and the others are
-skipped.
+skipped. Each operator's built-ins and the factors only ours take live in its
+record (verify.operators).
 """
 
 import importlib
@@ -40,12 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import torch
 
-from reference import layouts
-from verify import fla_kda
+from verify import operators
 
-OPERATORS = ("decode", "kda")
+OPERATORS = tuple(operators.OPERATORS)
 
 
 @dataclass(frozen=True)
@@ -77,50 +76,6 @@ def _version(module_name: str) -> str:
 
 
 OURS = {op: Impl(op, "triton", _version("quantfloor")) for op in OPERATORS}
-# What another implementation runs of the factors only ours has: one decode path, one KDA
-# schedule, states without our paged or V-first layouts.
-_OURS_ALONE = {"decode": {"path": ("auto",)}, "kda": {"schedule": ("auto",), "state": ("none", "dense")}}
-
-
-def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                 sliding_window, *, layout="shuffled", max_seq_len=None):
-    """A plain decode: each sequence's keys and values gathered from the paged cache, dequantized to
-    float32, and `scaled_dot_product_attention` over them (drafts causal, the window applied); writes
-    `out`. Rows that see no key get zeros."""
-    k_all = layouts.unpack_k(key_cache, layout)
-    v_all = layouts.unpack_v(value_cache, layout)
-    q4 = query if query.dim() == 4 else query.unsqueeze(1)
-    o4 = out if out.dim() == 4 else out.unsqueeze(1)
-    num_q, hq = q4.shape[1], q4.shape[2]
-    hkv = k_all.shape[2]
-
-    def dequantized(cache, scale_arg, table, length):
-        tokens = layouts.gather_tokens(cache, table, length).to(torch.float32)  # [L, Hkv, D]
-        if isinstance(scale_arg, torch.Tensor) and scale_arg.numel() > 1:
-            return tokens * layouts.gather_tokens(scale_arg.permute(0, 2, 1).unsqueeze(-1), table, length)
-        return tokens * (1.0 if scale_arg is None else float(scale_arg))
-
-    lengths = seq_lens.tolist()
-    for i, length in enumerate(lengths):
-        o4[i].zero_()
-        if length == 0:
-            continue
-        keys = dequantized(k_all, k_scale, block_tables[i], length).permute(1, 0, 2)  # [Hkv, L, D]
-        values = dequantized(v_all, v_scale, block_tables[i], length).permute(1, 0, 2)
-        pos = torch.arange(length, device=query.device)
-        row = length - num_q + torch.arange(num_q, device=query.device)  # absolute position of each draft
-        seen = pos[None, :] <= row[:, None]
-        if sliding_window > 0:
-            seen &= pos[None, :] > row[:, None] - sliding_window
-        q = q4[i].permute(1, 0, 2).to(torch.float32)  # [Hq, Q, D]
-        k = keys.repeat_interleave(hq // hkv, dim=0)
-        v = values.repeat_interleave(hq // hkv, dim=0)
-        att = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=seen, scale=scale)
-        o4[i] = torch.where(seen.any(-1)[None, :, None], att, 0.0).permute(1, 0, 2).to(out.dtype)
-    return out
-
-
-_FLA = {"fla-chunk": fla_kda.chunk, "fla-recurrent": fla_kda.recurrent}
 
 
 def _load(module: str):
@@ -143,11 +98,12 @@ def _load(module: str):
 
 def parse(spec: str) -> Impl:
     """The implementation named by `spec` other than ours (see the module docstring); ValueError naming --impl."""
-    if spec == "torch":
-        return Impl("decode", "torch", torch.__version__, torch_decode, dict(_OURS_ALONE["decode"]))
-    if spec in _FLA:
-        fla_kda._fla_kda()  # refused here, naming the package, when it is missing
-        return Impl("kda", spec, _version(fla_kda.PACKAGE), _FLA[spec], dict(_OURS_ALONE["kda"]))
+    for op in operators.OPERATORS.values():
+        builtin = op.builtins.get(spec)
+        if builtin is not None:
+            if builtin.check is not None:
+                builtin.check()  # refused here, naming what is missing
+            return Impl(op.name, spec, _version(builtin.package), builtin.fn, dict(op.ours_alone))
     operator, _, target = spec.partition("=")
     module, _, name = target.rpartition(":")
     if operator not in OPERATORS or not module or not name:
@@ -157,7 +113,7 @@ def parse(spec: str) -> Impl:
     if not callable(fn):
         raise ValueError(f"--impl: {module} has no function {name!r}")
     caps = dict(getattr(fn, "quantfloor_caps", {}))
-    for factor, values in _OURS_ALONE[operator].items():
+    for factor, values in operators.OPERATORS[operator].ours_alone.items():
         caps.setdefault(factor, values)
     top = module.split(".")[0] if not module.endswith(".py") else Path(module).stem
     return Impl(operator, spec, _version(top), fn, caps)

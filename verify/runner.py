@@ -5,7 +5,6 @@ A job is (suite, case id, how to judge it). `jobs(tier)` lists all of a tier;
 that names it, and reports progress a line per suite.
 """
 
-import dataclasses
 import sys
 import time
 import traceback
@@ -14,12 +13,9 @@ from typing import Callable
 
 import torch
 
-from cases import decode as decode_cases
-from cases import kda as kda_cases
 from cases import regressions
-from cases.decode_matrix import decode_matrix
-from verify import adapters, floors, gate, impls, probes, tolerances
-from verify.device import release_cached, seed_of
+from verify import gate, impls, operators, probes
+from verify.device import release_cached
 from verify.verdict import Verdict
 
 
@@ -31,10 +27,8 @@ class Job:
 
 
 def suite_of(case) -> str:
-    """The suite a decode or KDA case is reported in: the operator and its kernel path."""
-    if isinstance(case, kda_cases.KdaCase):
-        return "kda-" + ("segmented" if case.schedule.startswith("segmented") else case.schedule)
-    return f"decode-{case.path}"
+    """The suite a case is reported in: its operator and kernel path (verify.operators)."""
+    return operators.of_case(case).suite_of(case)
 
 
 # The implementation judged per operator (verify.impls); ours unless `use` says otherwise.
@@ -52,54 +46,11 @@ def implementations() -> dict:
     return dict(_IMPLS)
 
 
-def decode_verdict(case, device) -> Verdict:
-    """Build, run and judge one decode case on the decode implementation in use."""
-    started = time.perf_counter()
-    suite = suite_of(case)
-    impl = _IMPLS["decode"]
-    why = impl.skip_reason(case)
-    if why is not None:
-        return gate.skipped(suite, case.id, why)
-    inputs = decode_cases.build(case, device, seed_of(case.id))
-    judged = floors.decode(inputs)
-    try:
-        out = adapters.decode(inputs) if impl.fn is None else adapters.decode_with(impl.fn, inputs)
-    except Exception as exc:  # a crash is a failure of the case, not of the run
-        return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
-    return gate.judge(suite, case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple,
-                      zero_rows=inputs.empty_rows, started=started)
-
-
-def kda_verdict(case, device) -> Verdict:
-    """Build, run and judge one KDA case on the KDA implementation in use: output and final state
-    against the float64 recurrence."""
-    started = time.perf_counter()
-    suite = suite_of(case)
-    impl = _IMPLS["kda"]
-    why = impl.skip_reason(case)
-    if why is not None:
-        return gate.skipped(suite, case.id, why)
-    inputs = kda_cases.build(case, device, seed_of(case.id))
-    try:
-        outputs, untouched = adapters.kda(inputs) if impl.fn is None else adapters.kda_with(impl.fn, inputs)
-    except Exception as exc:
-        return gate.failed(suite, case.id, f"raised {type(exc).__name__}: {exc}", started)
-    judged, floor, floor_rms = floors.kda(inputs, outputs)
-    rms_caps = {name: tolerances.kda_rms_cap(r) for name, r in floor_rms.items()}
-    verdict = gate.judge(suite, case.id, judged, floor, tolerances.KDA_FLOOR_MULTIPLE,
-                         rms_max=rms_caps, started=started)
-    if not untouched:
-        verdict = dataclasses.replace(verdict, passed=False,
-                                      reasons=verdict.reasons + ("state_cache slots no sequence names were written",))
-    return verdict
-
-
 def case_verdict(case, device) -> Verdict:
-    """Judge a decode or KDA case, then release what it left cached on a GPU."""
+    """Judge a case on its operator's implementation in use, then release what it left cached on a GPU."""
+    op = operators.of_case(case)
     try:
-        if isinstance(case, kda_cases.KdaCase):
-            return kda_verdict(case, device)
-        return decode_verdict(case, device)
+        return op.verdict(case, device, _IMPLS[op.name])
     finally:
         release_cached(device)
 
@@ -125,8 +76,7 @@ def job_for_id(case_id: str) -> Job:
     if case_id.startswith("probe-"):
         reg = regressions.by_name(case_id[len("probe-"):])
         return Job("regressions", reg.id, lambda device: regression_verdict(reg, device))
-    case_type = kda_cases.KdaCase if case_id.startswith("kda-") else decode_cases.DecodeCase
-    return case_job(case_type.from_id(case_id))
+    return case_job(operators.parse_id(case_id))
 
 
 def regression_jobs(tier: str) -> list[Job]:
@@ -141,11 +91,11 @@ def regression_jobs(tier: str) -> list[Job]:
 
 def jobs(tier: str) -> list[Job]:
     """Every job of a tier, suites in a fixed order."""
-    out = [case_job(c) for c in decode_matrix(tier) + kda_cases.kda_cases(tier)]
+    out = [case_job(c) for op in operators.OPERATORS.values() for c in op.cases(tier)]
     out += regression_jobs(tier)
-    order = {"decode-onepass": 0, "decode-split": 1, "decode-auto": 2, "kda-unsegmented": 3, "kda-segmented": 4,
-             "kda-auto": 5, "regressions": 6}
-    return sorted(out, key=lambda j: order.get(j.suite, 9))
+    suites = [s for op in operators.OPERATORS.values() for s in op.suites] + ["regressions"]
+    order = {suite: i for i, suite in enumerate(suites)}
+    return sorted(out, key=lambda j: order.get(j.suite, len(order)))
 
 
 def select(all_jobs: list[Job], pattern: str | None) -> list[Job]:
@@ -171,16 +121,11 @@ UNIT_SECONDS = {"interpreter": 2e-5, "compiled": 1e-7}
 
 def work_units(case_id: str) -> int:
     """The size of a case, in the units of UNIT_SECONDS; 0 for a probe or an id that does not parse."""
+    op = operators.of_id(case_id)
     try:
-        job_case = kda_cases.KdaCase.from_id(case_id) if case_id.startswith("kda-") else \
-            decode_cases.DecodeCase.from_id(case_id)
-    except Exception:  # probes and unparsable ids: the base limit alone
+        return op.work_units(op.case_type.from_id(case_id)) if op is not None else 0
+    except ValueError:  # an id that does not parse: the base limit alone
         return 0
-    if isinstance(job_case, kda_cases.KdaCase):
-        tokens = sum(job_case.lens) if job_case.lens else job_case.b * job_case.t
-        return tokens * job_case.h * job_case.dim
-    c = job_case
-    return sum(c.lens) * c.hkv * c.d * c.q
 
 
 def time_limit(case_id: str, base: float | None = None) -> float:

@@ -25,17 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from cases import decode as decode_cases
-from cases import kda as kda_cases
-from cases.decode_matrix import FACTORS
-from verify import gate, runner
+from verify import gate, operators, runner
 from verify.verdict import Verdict
 
-# Head sizes and blocks a decode case may shrink to: the declared matrix's values.
-DECODE_HEAD_DIMS = FACTORS["d"]
-DECODE_BLOCKS = FACTORS["block"]
-# KDA dims a case may shrink to: those the declared cases use.
-KDA_DIMS = tuple(sorted({c.dim for c in kda_cases.kda_cases("gpu")}))
 MAX_EVALS = 200
 
 _KINDS = (  # (class, pattern over one reason), most severe first
@@ -63,73 +55,14 @@ def reason_class(verdict: Verdict) -> str:
 
 
 def size(case) -> tuple:
-    """How big a case is, compared as a tuple: first the work (decode: keys x (Hq*Q + Hkv) x D;
-    KDA: tokens x H x dim^2), then the sequences, then (decode) the keys a window lets a row
-    see (full attention: the longest sequence) and the block."""
-    if isinstance(case, kda_cases.KdaCase):
-        tokens = sum(case.lens) if case.lens else case.b * case.t
-        return tokens * case.h * case.dim ** 2, case.num_seqs
-    longest = max(case.lens)
-    span = min(case.window, longest) if case.window > 0 else longest
-    return sum(case.lens) * (case.hq * case.q + case.hkv) * case.d, len(case.lens), span, case.block
-
-
-def _shorter(n: int, marks, lowest: int = 0) -> set:
-    """Lengths below n to try: the ends, halves, and each mark and its neighbours."""
-    out = {lowest, 1, n // 2, n - n // 4, n - 1}
-    out |= {m + k for m in marks for k in (-1, 0, 1)}
-    return {x for x in out if lowest <= x < n}
-
-
-def _fewer(n: int) -> set:
-    """Counts below n to try: 1, half, one less."""
-    return {x for x in (1, n // 2, n - 1) if 1 <= x < n}
-
-
-def _lens_moves(lens: tuple, marks, lowest: int = 0) -> list[tuple]:
-    """Drop one sequence, shorten one, or halve all."""
-    out = [tuple(n // 2 for n in lens)]
-    for i, n in enumerate(lens):
-        if len(lens) > 1:
-            out.append(lens[:i] + lens[i + 1:])
-        out += [lens[:i] + (m,) + lens[i + 1:] for m in sorted(_shorter(n, marks, lowest))]
-    return out
-
-
-def decode_moves(case) -> list[dict]:
-    """The field changes tried from a decode case (some may be invalid; they are skipped)."""
-    w, q = case.window, case.q
-    marks = {q, case.block, case.partition} | ({w, w + q - 1} if w > 0 else set())
-    moves = [dict(lens=lens) for lens in _lens_moves(case.lens, marks)]
-    group = case.hq // case.hkv
-    for hkv in _fewer(case.hkv) | {case.hkv}:
-        for g in _fewer(group) | {group}:
-            moves.append(dict(hq=hkv * g, hkv=hkv))
-    moves += [dict(hkv=h) for h in _fewer(case.hkv) if case.hq % h == 0]
-    moves += [dict(q=n) for n in _fewer(q)]
-    moves += [dict(d=d) for d in DECODE_HEAD_DIMS if d < case.d]
-    moves += [dict(window=n) for n in (_fewer(w) if w > 0 else {1, 2, case.block})]
-    moves += [dict(block=b) for b in DECODE_BLOCKS if b < case.block and case.partition % b == 0]
-    return moves
-
-
-def kda_moves(case) -> list[dict]:
-    """The field changes tried from a KDA case."""
-    marks = {2 ** k for k in range(4, max(case.lens or (case.t,)).bit_length())}
-    if case.lens:
-        moves = [dict(lens=lens) for lens in _lens_moves(case.lens, marks)]
-    else:
-        moves = [dict(b=b) for b in _fewer(case.b)]
-        moves += [dict(t=t) for t in _shorter(case.t, marks, lowest=1)]
-    moves += [dict(h=h) for h in _fewer(case.h)]
-    moves += [dict(dim=d) for d in KDA_DIMS if d < case.dim]
-    return moves
+    """How big a case is, compared as a tuple (its operator's measure, verify.operators)."""
+    return operators.of_case(case).size(case)
 
 
 def candidates(case) -> list:
     """The cases one move away that the case model accepts and that are strictly smaller,
     smallest first (ties by id); the kernel entry may still refuse some (they fail otherwise)."""
-    moves = kda_moves(case) if isinstance(case, kda_cases.KdaCase) else decode_moves(case)
+    moves = operators.of_case(case).moves(case)
     out = {}
     for change in moves:
         try:
@@ -170,8 +103,7 @@ def parse(case_id: str):
     if case_id.startswith("probe-"):
         raise ValueError(f"case id: a probe ({case_id!r}) runs several calls and has no shape to shrink; "
                          "expected a decode- or kda- id")
-    case_type = kda_cases.KdaCase if case_id.startswith("kda-") else decode_cases.DecodeCase
-    return case_type.from_id(case_id)
+    return operators.parse_id(case_id)
 
 
 def _judge(case, device) -> Step:

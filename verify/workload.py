@@ -14,46 +14,16 @@ defaults. Each line becomes a case with its stable id, built with the same
 adversarial builders as the tiers' cases (poisoned pools, NaN scratch, ...).
 
 `recorder(fn, path)` wraps a decode function with the signature of
-`paged_attention_decode`: each call appends the line of its shapes to
-`path`, then calls `fn`. Wrap the decode a real program calls, run it, and
+`paged_attention_decode` (`recorder(fn, path, "kda")`: a KDA forward with
+that of `flash_kda_fwd`): each call appends the line of its shapes to
+`path`, then calls `fn`. Wrap the function a real program calls, run it, and
 the file is a workload.
 """
 
 import json
 from pathlib import Path
 
-import torch
-
-from cases import decode as decode_cases
-from cases import kda as kda_cases
-
-_DECODE_REQUIRED = ("cache", "hq", "hkv", "d", "block", "lens")
-_DECODE_DEFAULTS = dict(scales="token", window=0, q=1, layout="shuffled", path="auto", dist="gauss")
-_CACHE_NAMES = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e4m3fnuz: "e4m3fnuz", torch.bfloat16: "bf16"}
-
-
-def _decode_case(fields: dict):
-    missing = [k for k in _DECODE_REQUIRED if k not in fields]
-    if missing:
-        raise ValueError(f"expected the decode fields {', '.join(_DECODE_REQUIRED)}, missing {', '.join(missing)}")
-    known = set(_DECODE_REQUIRED) | set(_DECODE_DEFAULTS)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ValueError(f"unknown decode field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    args = {**_DECODE_DEFAULTS, **fields}
-    args["lens"] = tuple(args["lens"])
-    return decode_cases.DecodeCase(**args)
-
-
-def _kda_case(fields: dict):
-    fields = dict(fields)
-    if "lens" in fields:
-        fields["lens"] = tuple(fields["lens"])
-    known = {f.name for f in kda_cases.KdaCase.__dataclass_fields__.values()}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ValueError(f"unknown kda field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return kda_cases.KdaCase(**fields)
+from verify import operators
 
 
 def load(path) -> list:
@@ -70,35 +40,26 @@ def load(path) -> list:
         if not isinstance(fields, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(fields).__name__}")
         operator = fields.pop("operator", None)
-        build = {"decode": _decode_case, "kda": _kda_case}.get(operator)
-        if build is None:
-            raise ValueError(f"{where}: operator: expected 'decode' or 'kda', got {operator!r}")
+        op = operators.OPERATORS.get(operator) if isinstance(operator, str) else None
+        if op is None:
+            raise ValueError(f"{where}: operator: expected {' or '.join(map(repr, operators.OPERATORS))}, "
+                             f"got {operator!r}")
         try:
-            out.append(build(fields))
+            out.append(op.workload_case(fields))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
     return out
 
 
-def shapes(query, key_cache, k_scale, seq_lens, sliding_window, layout) -> dict:
-    """The workload line of one decode call (a device sync: the lengths come to the host)."""
-    num_kv_heads = key_cache.shape[1] if layout == "shuffled" else key_cache.shape[2]
-    block = key_cache.shape[3] if layout == "shuffled" else key_cache.shape[1]
-    per_token = isinstance(k_scale, torch.Tensor) and k_scale.numel() > 1
-    q4 = query if query.dim() == 4 else query.unsqueeze(1)
-    return {"operator": "decode", "cache": _CACHE_NAMES.get(key_cache.dtype, str(key_cache.dtype)),
-            "scales": "token" if per_token else "tensor", "hq": q4.shape[2], "hkv": num_kv_heads,
-            "d": q4.shape[3], "block": block, "window": sliding_window, "lens": seq_lens.tolist(),
-            "q": q4.shape[1], "layout": layout}
+def recorder(fn, path, operator: str = "decode"):
+    """`fn` (the public entry of `operator`, or a function with its signature: paged_attention_decode,
+    flash_kda_fwd), appending each call's workload line to `path` before calling it."""
+    op = operators.OPERATORS.get(operator) if isinstance(operator, str) else None
+    if op is None:
+        raise ValueError(f"operator: expected {' or '.join(map(repr, operators.OPERATORS))}, got {operator!r}")
 
-
-def recorder(fn, path):
-    """`fn` (a decode with the signature of paged_attention_decode), appending each call's shapes to `path`."""
-    def recorded(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                 sliding_window, *, layout="shuffled", **kwargs):
-        line = shapes(query, key_cache, k_scale, seq_lens, sliding_window, layout)
+    def recorded(*args, **kwargs):
         with open(path, "a") as fh:
-            fh.write(json.dumps(line) + "\n")
-        return fn(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                  sliding_window, layout=layout, **kwargs)
+            fh.write(json.dumps(op.shapes(*args, **kwargs)) + "\n")
+        return fn(*args, **kwargs)
     return recorded
