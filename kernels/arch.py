@@ -66,6 +66,19 @@ def on_first_tensors_device(entry):
     return run
 
 
+def data_checks(validate) -> bool:
+    """Whether an entry checks the indices it finds in device tensors (a device sync): always
+    under the interpreter, else `validate` (None, True or False), else the QUANTFLOOR_VALIDATE
+    environment variable ("1" turns them on for every call)."""
+    if validate not in (None, True, False):
+        raise TypeError(f"validate: expected None, True or False, got {validate!r}")
+    if interpreting():
+        return True
+    if validate is not None:
+        return validate
+    return os.environ.get("QUANTFLOOR_VALIDATE", "0") == "1"
+
+
 def arch_name(device: torch.device) -> str:
     """'gfx942', 'sm90', ... for a GPU device; 'cpu' for the interpreter."""
     device = torch.device(device)

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from cases import decode as decode_cases
+from kernels import arch
 from kernels.paged_decode import paged_attention_decode
 from kernels.paged_decode import plan as decode_plan
-from kernels.paged_decode import validate, workspace
+from kernels.paged_decode import workspace
 from verify import adapters, floors, gate
 
 
@@ -158,13 +159,13 @@ def test_blocks_before_the_window_may_hold_any_id(inputs):
 
 
 def test_device_checks_are_opt_in_on_a_gpu_and_always_on_under_the_interpreter(monkeypatch):
-    monkeypatch.setattr(validate.arch, "interpreting", lambda: True)
-    assert validate.wanted(False) and validate.wanted(None)
-    monkeypatch.setattr(validate.arch, "interpreting", lambda: False)
+    monkeypatch.setattr(arch, "interpreting", lambda: True)
+    assert arch.data_checks(False) and arch.data_checks(None)
+    monkeypatch.setattr(arch, "interpreting", lambda: False)
     monkeypatch.delenv("QUANTFLOOR_VALIDATE", raising=False)
-    assert not validate.wanted(None) and not validate.wanted(False) and validate.wanted(True)
+    assert not arch.data_checks(None) and not arch.data_checks(False) and arch.data_checks(True)
     monkeypatch.setenv("QUANTFLOOR_VALIDATE", "1")
-    assert validate.wanted(None) and not validate.wanted(False)
+    assert arch.data_checks(None) and not arch.data_checks(False)
 
 
 @pytest.mark.parametrize("bad, argument", [

@@ -386,3 +386,66 @@ def test_gpu_repeats_bit_for_bit(cps):
     for _ in range(19):
         o, s = flash_kda_fwd(q, k, v, g, beta, out=nan_out(1, T, H, K), **kwargs)
         assert torch.equal(o, first_o) and torch.equal(s, first_s)
+
+
+def _varlen(lengths, seed):
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
+    return cu, make_inputs(1, sum(lengths), 2, seed=seed)
+
+
+def test_host_offsets_plan_without_reading_the_device_and_metadata_is_kept():
+    """cu_seqlens_cpu gives the same result; a second call of the same shapes copies no metadata."""
+    lengths = [33, 0, 70]
+    cu, (q, k, v, g, beta) = _varlen(lengths, 11)
+    want, _ = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, out=nan_out(1, sum(lengths), 2, 64))
+    kept = dict(api._meta._KEPT)
+    got, _ = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, cu_seqlens_cpu=cu.cpu().tolist(),
+                           out=nan_out(1, sum(lengths), 2, 64))
+    assert torch.equal(got, want)
+    assert api._meta._KEPT.keys() == kept.keys()  # nothing new copied from the host
+
+
+def test_kept_metadata_stops_growing_and_is_never_evicted(monkeypatch):
+    monkeypatch.setattr(api._meta, "_KEPT", {})
+    monkeypatch.setattr(api._meta, "KEPT_MAX", 2)
+    first = api._meta.to_device([(0, 0, 0, 5)], DEVICE)
+    for n in range(1, 4):
+        api._meta.to_device([(0, 0, 0, n)], DEVICE)
+    assert len(api._meta._KEPT) == 2
+    assert api._meta.to_device([(0, 0, 0, 5)], DEVICE) is first
+
+
+@pytest.mark.parametrize("offsets, fragment", [
+    ([0, 33, 33, 104], "expected the offsets of cu_seqlens"),
+    ([0, 33, 103], "expected the offsets of cu_seqlens"),
+])
+def test_host_offsets_that_disagree_are_refused_when_checked(offsets, fragment):
+    cu, (q, k, v, g, beta) = _varlen([33, 0, 70], 12)
+    with pytest.raises(ValueError, match=fragment):
+        flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, cu_seqlens_cpu=offsets, validate=True)
+
+
+def test_host_offsets_without_cu_seqlens_are_refused():
+    q, k, v, g, beta = make_inputs(1, 20, 1, seed=13)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu: expected None without cu_seqlens"):
+        flash_kda_fwd(q, k, v, g, beta, cu_seqlens_cpu=[0, 20])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cps", [0, 2])
+def test_gpu_varlen_call_is_captured_in_a_graph(cps):
+    """With host offsets and no paged state a call copies nothing from the host: after one call of
+    its shapes it is captured, and the replay gives the eager call's bits."""
+    lengths = [700, 0, 1300, 64]
+    cu, (q, k, v, g, beta) = _varlen(lengths, 14)
+    kwargs = dict(cu_seqlens=cu, cu_seqlens_cpu=[int(x) for x in cu.tolist()], chunks_per_segment=cps,
+                  initial_state=rand_state(4, 2, 64, 64), output_final_state=True, workspace={})
+    want_o, want_s = (t.clone() for t in flash_kda_fwd(q, k, v, g, beta, **kwargs))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, s = flash_kda_fwd(q, k, v, g, beta, **kwargs)
+    o.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o, want_o) and torch.equal(s, want_s)

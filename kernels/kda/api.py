@@ -122,9 +122,12 @@ def _check_gate(gate, A_log, dt_bias, lower_bound, heads, dim_k, device):
     return float(lower_bound)
 
 
-def _sequences(cu_seqlens, batch, seq_len, device):
-    """Per-sequence (first token, length) and batch row."""
+def _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, checked):
+    """Per-sequence (first token, length) and batch row. The offsets come from cu_seqlens_cpu when
+    given (no device sync), checked against cu_seqlens when `checked`."""
     if cu_seqlens is None:
+        if cu_seqlens_cpu is not None:
+            raise ValueError("cu_seqlens_cpu: expected None without cu_seqlens, got offsets")
         return [(0, seq_len)] * batch, list(range(batch))
     _check_tensor("cu_seqlens", cu_seqlens, _INDEX_DTYPES)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
@@ -132,7 +135,16 @@ def _sequences(cu_seqlens, batch, seq_len, device):
     _check_device("cu_seqlens", cu_seqlens, device)
     if batch != 1:
         raise ValueError(f"q: expected batch size 1 with cu_seqlens (sequences packed on T), got {batch}")
-    cu = cu_seqlens.tolist()
+    if cu_seqlens_cpu is None:
+        cu = cu_seqlens.tolist()
+    else:
+        if isinstance(cu_seqlens_cpu, torch.Tensor) and cu_seqlens_cpu.device.type != "cpu":
+            raise ValueError(f"cu_seqlens_cpu: expected host offsets (a list or a CPU tensor), "
+                             f"got a tensor on {cu_seqlens_cpu.device}")
+        cu = [int(x) for x in (cu_seqlens_cpu.tolist() if isinstance(cu_seqlens_cpu, torch.Tensor)
+                               else cu_seqlens_cpu)]
+        if len(cu) != cu_seqlens.numel() or (checked and cu != cu_seqlens.tolist()):
+            raise ValueError(f"cu_seqlens_cpu: expected the offsets of cu_seqlens, got {cu}")
     if cu[0] != 0 or cu[-1] != seq_len or any(b < a for a, b in zip(cu, cu[1:])):
         raise ValueError(f"cu_seqlens: expected non-decreasing offsets from 0 to T = {seq_len}, got {cu}")
     return [(a, b - a) for a, b in zip(cu, cu[1:])], [0] * (len(cu) - 1)
@@ -202,7 +214,7 @@ def flash_kda_fwd(
     q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
     gate="log", A_log=None, dt_bias=None, lower_bound=None, beta_sigmoid=False, qk_l2norm=False,
     state_v_first=False, state_cache=None, state_indices=None, has_initial_state=None,
-    chunks_per_segment=None, workspace=None, out=None,
+    chunks_per_segment=None, workspace=None, out=None, cu_seqlens_cpu=None, validate=None,
 ):
     """KDA forward. Returns (o, final_state).
 
@@ -213,7 +225,13 @@ def flash_kda_fwd(
     from zeros, and its final state is written back into that slot. cu_seqlens
     [N+1] (B == 1) packs sequences on T. chunks_per_segment: None lets the planner
     choose, 0 forces the unsegmented walk, n >= 1 segments of n chunks. workspace:
-    a dict that keeps the scratch tensors between calls. With gate='log', g must be
+    a dict that keeps the scratch tensors between calls. cu_seqlens_cpu: the same
+    offsets on the host (a list or CPU tensor), so planning reads no device memory;
+    validate (None follows QUANTFLOOR_VALIDATE=1, always on under the interpreter)
+    checks them against cu_seqlens. A call that copies nothing from the host (no
+    cu_seqlens, or cu_seqlens_cpu given; no paged state, whose slots are checked on
+    the host) can be captured in a CUDA graph once a call of its shapes has run.
+    With gate='log', g must be
     <= 0 (not checked: that would cost a pass over g). The kernels run on q's device,
     whichever device is current.
     """
@@ -229,7 +247,7 @@ def flash_kda_fwd(
     for name, flag in (("output_final_state", output_final_state), ("beta_sigmoid", beta_sigmoid),
                        ("qk_l2norm", qk_l2norm), ("state_v_first", state_v_first)):
         _check_bool(name, flag)
-    bounds, rows = _sequences(cu_seqlens, batch, seq_len, device)
+    bounds, rows = _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, arch.data_checks(validate))
     n = len(bounds)
     _check_states(initial_state, state_v_first, state_cache, state_indices, has_initial_state, n, heads, dim_k, dim_v, device)
     if chunks_per_segment is not None and (not isinstance(chunks_per_segment, Integral) or isinstance(chunks_per_segment, bool) or chunks_per_segment < 0):
@@ -311,7 +329,7 @@ def flash_kda_fwd(
     else:
         ms = _buffer(workspace, "transition", (nu, heads, dim_k, dim_k + dim_v), torch.float32, device)
         s_in = _buffer(workspace, "segment_state", (nu, heads, dim_k, dim_v), torch.float32, device)
-        seg_off_t = torch.tensor(seg_off, dtype=torch.int32).to(device)
+        seg_off_t = _meta.to_device(seg_off, device, width=1).view(-1)
         _chunk.kda_transition_kernel[(nu, heads, (dim_k + dim_v) // BLOCK_V)](
             unit_meta, tiles, u, aqk, decay, ms, heads,
             K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V, DOT=dot_tl, num_warps=walk_warps,

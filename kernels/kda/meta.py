@@ -47,6 +47,23 @@ def unit_table(first, cps: int):
 
 
 
-def to_device(rows, device) -> torch.Tensor:
-    """int32 tensor [len(rows), 4] of metadata rows on `device`."""
-    return torch.tensor(rows, dtype=torch.int32).view(-1, 4).to(device)
+# Metadata tensors kept on their device, by (rows, width, device). Never evicted: a captured CUDA
+# graph may still read one. Past KEPT_MAX entries a table is copied afresh on each call (a call
+# that copies cannot be captured, and says so) instead of the store growing without end.
+KEPT_MAX = 1024
+_KEPT: dict = {}
+
+
+def to_device(rows, device, width: int = 4) -> torch.Tensor:
+    """int32 tensor [len(rows), width] of metadata rows (or a flat list with width 1) on `device`.
+
+    Kept per (rows, device): a call with the shapes of an earlier one copies nothing from the
+    host, so it can be captured in a CUDA graph (a copy from host memory cannot). Callers
+    only read these tensors."""
+    key = (tuple(tuple(r) for r in rows) if width > 1 else tuple(rows), width, torch.device(device))
+    kept = _KEPT.get(key)
+    if kept is None:
+        kept = torch.tensor(rows, dtype=torch.int32).view(-1, width).to(device)
+        if len(_KEPT) < KEPT_MAX:
+            _KEPT[key] = kept
+    return kept

@@ -188,7 +188,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call
-    if _validate.wanted(validate):
+    if _arch.data_checks(validate):
         _validate.check_tables(block_tables, seq_lens, num_blocks=call.num_blocks, block_size=call.block_size,
                                max_seq_len=call.max_seq_len, window=sliding_window, num_queries=call.num_q)
     if call.num_seqs == 0:

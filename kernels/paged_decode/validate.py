@@ -17,23 +17,7 @@ the columns the kernel reads. Columns outside them are never read: past the
 sequence, or before its window (blocks a window has released may hold any id).
 """
 
-import os
-
 import torch
-
-from kernels import arch
-
-
-def wanted(validate) -> bool:
-    """Whether to run the checks: always under the interpreter, else `validate`, else the
-    QUANTFLOOR_VALIDATE environment variable ("1" turns them on for every call)."""
-    if validate not in (None, True, False):
-        raise TypeError(f"validate: expected None, True or False, got {validate!r}")
-    if arch.interpreting():
-        return True
-    if validate is not None:
-        return validate
-    return os.environ.get("QUANTFLOOR_VALIDATE", "0") == "1"
 
 
 def check_tables(block_tables: torch.Tensor, seq_lens: torch.Tensor, *, num_blocks: int, block_size: int,
