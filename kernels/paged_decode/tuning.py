@@ -17,14 +17,25 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """max_head_dim: the largest head size the row serves; maxnreg: a register cap per thread
-    (more programs per CU, at the price of spills), None for the compiler's choice."""
+    """max_head_dim: the largest head size the row serves; maxnreg (NVIDIA): a register cap per
+    thread (more programs per SM, at the price of spills); waves_per_eu (AMD): the waves per SIMD
+    the compiler must leave room for, which caps its registers at what that many waves allow.
+    None leaves either to the compiler. spills: why the row spills on its arch, where it does
+    (a compile report counts those spills as known); empty: it must not."""
 
     max_head_dim: int
     block_n: int
     num_warps: int
     num_stages: int
     maxnreg: int | None = None
+    waves_per_eu: int | None = None
+    spills: str = ""
+
+    @property
+    def options(self) -> dict:
+        """The Triton launch options besides warps and stages that the row sets."""
+        chosen = {"maxnreg": self.maxnreg, "waves_per_eu": self.waves_per_eu}
+        return {name: value for name, value in chosen.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,11 @@ class ArchTuning:
     programs_per_cu: int
 
 
+_SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
+                "a stack of up to a few hundred bytes in many specializations; kept until re-timed there")
 TABLES = {
-    "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2), LaunchConfig(256, 64, 4, 2)),
+    "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
+                             LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS)),
                        split=True, programs_per_cu=2),
     "gfx950": ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2)),
                          split=True, programs_per_cu=2),
