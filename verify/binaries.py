@@ -30,7 +30,9 @@ why it spills, verify.adapters.known_spill) is known; any other is new. A
 binary whose LDS (shared memory) passes the target's limit cannot launch: it
 fails, like one that does not compile.
 
-This relies on Triton's binder and argument packing
+Gluon kernels go the same way (their JIT's source class), so a Gluon kernel
+that an entry launches on some arch is compiled for that target by the same
+command. This relies on Triton's binder and argument packing
 (`triton.runtime.jit.create_function_from_signature`, `JITFunction._pack_args`),
 which the JIT itself uses before it compiles (Triton 3.9).
 """
@@ -183,12 +185,16 @@ def _arg_specs(fn, specialization) -> list:
 
 
 def _source(launch, target: targets.Target, kwargs, bound, specialization, options):
-    """(ASTSource, compile options) of a bound launch, as the JIT hands them to the compiler."""
+    """(ASTSource, compile options) of a bound launch, as the JIT hands them to the compiler; a Gluon
+    kernel gets Gluon's source class, as its JIT does."""
     from triton.compiler import ASTSource
 
     options, signature, constexprs, attrs = launch.fn._pack_args(_backend(target), kwargs, bound, specialization,
                                                                  options)
-    return ASTSource(launch.fn, signature, constexprs, attrs), options
+    source = ASTSource
+    if launch.fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return source(launch.fn, signature, constexprs, attrs), options
 
 
 def _inputs_hash(source, target: targets.Target) -> str:
@@ -276,13 +282,25 @@ def _facts(kernel, target: targets.Target, warps: int) -> dict:
                 occupancy=targets.nvidia_warps(regs=f.get("REG", 0), shared=smem, warps=warps))
 
 
-def compile_spec(target_name: str, case_id: str, index: int) -> dict:
-    """Compile launch `index` of case `case_id` for a target; its facts, or {"error": message}."""
+def compile_spec(target_name: str, case_id: str, index: int, key: str) -> dict:
+    """Compile launch `index` of case `case_id` for a target, which must have specialization `key`;
+    its facts, or {"error": message}."""
     import triton
 
     target = targets.TARGETS[target_name]
-    started = time.perf_counter()
     launch = adapters.planned_launches(meta_inputs(case_of(case_id)), arch=target.name, cus=target.cus)[index]
+    if _bind(launch, target)[0] != key:  # a worker whose tables differ from the planning process's
+        return {"error": f"{case_id} launch {index} planned another specialization in this process"}
+    return compile_launch(launch, target)
+
+
+def compile_launch(launch, target: targets.Target) -> dict:
+    """Compile one recorded launch (a Triton or Gluon kernel) for a target; its facts, or
+    {"error": message}, and the seconds it took."""
+    import triton
+
+    started = time.perf_counter()
+    _quiet_compiler()
     _, kwargs, bound, specialization, options = _bind(launch, target)
     try:
         src, options = _source(launch, target, kwargs, bound, specialization, options)
@@ -326,7 +344,7 @@ def uncompiled(specs: list[_Spec]) -> list[Binary]:
 def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None) -> list[Binary]:
     """Compile every specialization (in `workers` processes when more than one); Binaries in order."""
     _quiet_compiler()
-    tasks = [(s.target, s.example, s.index) for s in specs]
+    tasks = [(s.target, s.example, s.index, s.key) for s in specs]
     results: list = [None] * len(tasks)
     if workers <= 1:
         for i, task in enumerate(tasks):

@@ -15,14 +15,16 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Triton launch options of one kernel: warps, and stages (None: Triton's default)."""
+    """Triton launch options of one kernel: warps, stages (None: Triton's default) and, on AMD,
+    the waves per SIMD the compiler must leave room for (None: its choice)."""
 
     num_warps: int
     num_stages: int | None = None
+    waves_per_eu: int | None = None
 
     @property
     def options(self) -> dict:
-        chosen = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        chosen = {"num_warps": self.num_warps, "num_stages": self.num_stages, "waves_per_eu": self.waves_per_eu}
         return {name: value for name, value in chosen.items() if value is not None}
 
 
@@ -48,7 +50,19 @@ class ArchTuning:
 _NVIDIA = {64: KdaConfig(KernelConfig(4), KernelConfig(4), KernelConfig(4)),
            128: KdaConfig(KernelConfig(4), KernelConfig(4), KernelConfig(8))}
 
+# AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
+# prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
+# pass B with 8 warps); exact fp32 for pass B.
+_AMD = {64: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(4, 1)),
+        128: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(8, 1))}
+
 TABLES = {
+    "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee"),
+    "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee"),
+    "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", spills={
+        "kda_prepare_kernel": "with the softplus gate LLVM reserves a private segment of 36 bytes a lane that "
+                              "no instruction of the binary touches (693 VGPRs at K = 128, 418 at K = 64 with "
+                              "4 warps; with 8 warps its cap of 512 makes real spills)"}),
     "sm90": ArchTuning(rows=_NVIDIA, spills={
         "kda_prepare_kernel": "K1 holds [64, K] fp32 tiles of q, k and the gate and [64, 64] products at once: "
                               "255 registers a thread and 8 to 1312 bytes of stack with 4 warps; the sm90 rows "

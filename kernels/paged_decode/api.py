@@ -212,7 +212,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         m_ws = l_ws = acc_ws = out
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     common = call.constexprs
-    launch = _tuning.config(_arch.arch_name(device), head_dim)
+    launch = _tuning.config(_arch.arch_name(device), head_dim, rows)
     with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
         _launch.launch(_partition.decode_partition_kernel, (num_seqs, num_kv_heads, plan.n_part), (
             out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
