@@ -172,15 +172,17 @@ def test_bindiff_tells_identical_changed_and_new_binaries(tmp_path, capsys):
     def row(target, key, sha):
         return binaries.to_json(binaries.Binary(target, "k", key, {"D": 64}, {}, [], 1, "case", "in" + key, sha))
 
-    before = [row("sm90", "a", "1"), row("sm90", "b", "2"), row("gfx942", "a", "3")]
-    after = [row("sm90", "a", "1"), row("sm90", "b", "9"), row("gfx942", "c", "4")]
+    before = [row("sm90", "a", "1"), row("sm90", "b", "2"), row("gfx942", "a", "3"), row("gfx942", "d", "5")]
+    after = [row("sm90", "a", "1"), row("sm90", "b", "9"), row("gfx942", "c", "3"), row("gfx942", "e", "6")]
+    before[2]["example"] = after[2]["example"] = "first"  # same case, new key (a constexpr added): paired
+    before[3]["example"], after[3]["example"] = "x", "y"
     for name, rows in (("before", before), ("after", after)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"meta": {}, "binaries": rows}))
     assert cli.main(["bindiff", str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["sm90", "1", "1", "0", "0"]
-    assert out[2].split() == ["gfx942", "0", "0", "1", "1"]
-    assert out[3].startswith("changed sm90 k (case)")
+    assert out[1].split() == ["sm90", "1", "1", "0", "0", "0"]
+    assert out[2].split() == ["gfx942", "1", "0", "1", "1", "1"]
+    assert out[3].startswith("changed sm90 k (case)") and len(out) == 4
 
 
 _GLUON = '''

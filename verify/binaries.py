@@ -459,28 +459,40 @@ def _same(a: Binary, b: Binary) -> bool:
     return bool(a.inputs) and a.inputs == b.inputs
 
 
-def diff(before: list[Binary], after: list[Binary]) -> str:
-    """Per target: binaries identical in both reports (by hash; by compiler inputs where a report holds
-    no hashes), changed, and only in one; then the changed ones."""
+def _pairs(before: list[Binary], after: list[Binary]) -> tuple[list, list, list]:
+    """(pairs, only before, only after): binaries paired by specialization key, then the rest by the
+    case that first launched them (a change that adds a constexpr re-keys every specialization)."""
     old = {(b.target, b.kernel, b.key): b for b in before}
     new = {(b.target, b.kernel, b.key): b for b in after}
-    lines = [f"{'target':<8} {'identical':>9} {'changed':>8} {'only before':>12} {'only after':>11}"]
-    changed = []
-    for target in dict.fromkeys(k[0] for k in (*old, *new)):
-        same = diff_n = gone = added = 0
-        for key in dict.fromkeys((*old, *new)):
-            if key[0] != target:
-                continue
-            if key not in new:
-                gone += 1
-            elif key not in old:
-                added += 1
-            elif _same(old[key], new[key]):
-                same += 1
-            else:
-                diff_n += 1
-                changed.append(new[key])
-        lines.append(f"{target:<8} {same:>9} {diff_n:>8} {gone:>12} {added:>11}")
+    pairs = [(old[k], new[k]) for k in old if k in new]
+    gone = [old[k] for k in old if k not in new]
+    added = [new[k] for k in new if k not in old]
+    by_case = {}
+    for b in added:
+        by_case.setdefault((b.target, b.kernel, b.example), []).append(b)
+    rest = []
+    for b in gone:
+        match = by_case.get((b.target, b.kernel, b.example), [])
+        if len(match) == 1:
+            pairs.append((b, match.pop()))
+        else:
+            rest.append(b)
+    return pairs, rest, [b for group in by_case.values() for b in group]
+
+
+def diff(before: list[Binary], after: list[Binary]) -> str:
+    """Per target: binaries identical in both reports (by hash; by compiler inputs where a report holds
+    no hashes), changed, and only in one; then the changed ones. Binaries are paired by specialization
+    key, or else by the case that first launched them ('re-keyed')."""
+    pairs, gone, added = _pairs(before, after)
+    lines = [f"{'target':<8} {'identical':>9} {'changed':>8} {'re-keyed':>8} {'only before':>12} {'only after':>11}"]
+    changed = [b for a, b in pairs if not _same(a, b)]
+    for target in dict.fromkeys(b.target for b in (*before, *after)):
+        mine = [(a, b) for a, b in pairs if a.target == target]
+        same = sum(_same(a, b) for a, b in mine)
+        rekeyed = sum(a.key != b.key for a, b in mine)
+        lines.append(f"{target:<8} {same:>9} {len(mine) - same:>8} {rekeyed:>8} "
+                     f"{sum(b.target == target for b in gone):>12} {sum(b.target == target for b in added):>11}")
     for b in changed:
         lines.append(f"changed {b.target} {b.kernel} ({b.example}): {config(b)}")
     return "\n".join(lines)
