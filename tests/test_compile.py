@@ -180,9 +180,9 @@ def test_bindiff_tells_identical_changed_and_new_binaries(tmp_path, capsys):
         (tmp_path / f"{name}.json").write_text(json.dumps({"meta": {}, "binaries": rows}))
     assert cli.main(["bindiff", str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["sm90", "1", "1", "0", "0", "0"]
-    assert out[2].split() == ["gfx942", "1", "0", "1", "1", "1"]
-    assert out[3].startswith("changed sm90 k (case)") and len(out) == 4
+    assert out[1].split() == ["sm90", "1", "1", "1", "0", "0", "0"]  # b: same compiler inputs, another binary
+    assert out[2].split() == ["gfx942", "1", "0", "0", "1", "1", "1"]
+    assert out[3].startswith("changed sm90 k (case) [same compiler inputs") and len(out) == 4
 
 
 _GLUON = '''

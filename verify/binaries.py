@@ -482,17 +482,21 @@ def _pairs(before: list[Binary], after: list[Binary]) -> tuple[list, list, list]
 
 def diff(before: list[Binary], after: list[Binary]) -> str:
     """Per target: binaries identical in both reports (by hash; by compiler inputs where a report holds
-    no hashes), changed, and only in one; then the changed ones. Binaries are paired by specialization
-    key, or else by the case that first launched them ('re-keyed')."""
+    no hashes), changed (and how many of those had the same compiler inputs: LLVM's AMD backend now and
+    then orders an expression differently for the same input), and only in one; then the changed ones.
+    Binaries are paired by specialization key, or else by the case that first launched them ('re-keyed')."""
     pairs, gone, added = _pairs(before, after)
-    lines = [f"{'target':<8} {'identical':>9} {'changed':>8} {'re-keyed':>8} {'only before':>12} {'only after':>11}"]
-    changed = [b for a, b in pairs if not _same(a, b)]
+    lines = [f"{'target':<8} {'identical':>9} {'changed':>8} {'same inputs':>11} {'re-keyed':>8} "
+             f"{'only before':>12} {'only after':>11}"]
+    changed = [(a, b) for a, b in pairs if not _same(a, b)]
     for target in dict.fromkeys(b.target for b in (*before, *after)):
         mine = [(a, b) for a, b in pairs if a.target == target]
         same = sum(_same(a, b) for a, b in mine)
+        unsteady = sum(a.inputs == b.inputs for a, b in changed if a.target == target)
         rekeyed = sum(a.key != b.key for a, b in mine)
-        lines.append(f"{target:<8} {same:>9} {len(mine) - same:>8} {rekeyed:>8} "
+        lines.append(f"{target:<8} {same:>9} {len(mine) - same:>8} {unsteady:>11} {rekeyed:>8} "
                      f"{sum(b.target == target for b in gone):>12} {sum(b.target == target for b in added):>11}")
-    for b in changed:
-        lines.append(f"changed {b.target} {b.kernel} ({b.example}): {config(b)}")
+    for a, b in changed:
+        note = " [same compiler inputs: the compiler gave another binary]" if a.inputs == b.inputs else ""
+        lines.append(f"changed {b.target} {b.kernel} ({b.example}){note}: {config(b)}")
     return "\n".join(lines)
