@@ -115,6 +115,17 @@ def test_occupancy_formulas():
         targets.parse("gfx942,sm80")
 
 
+def test_reserved_scratch_that_no_instruction_touches_is_no_spill():
+    text = ("\ts_load_b64 s[0:1], s[0:1], 0x0\n    .private_segment_fixed_size: 36\n    .vgpr_count:     418\n"
+            "    .vgpr_spill_count: 0\n; Occupancy: 2\n")
+    facts = binaries.amd_facts(text)
+    assert facts["private_segment_fixed_size"] == 36 and facts["scratch_ops"] == 0 and facts["occupancy"] == 2
+    assert binaries.amd_facts(text + "\tscratch_store_b32 off, v1, s33 offset:4\n")["scratch_ops"] == 1
+    reserved = binaries.Binary("gfx1250", "k", "key", {}, {}, [], 1, "case", scratch=36, scratch_used=False)
+    assert not reserved.spilled
+    assert binaries.Binary("gfx942", "k", "key", {}, {}, [], 1, "case", scratch=20, scratch_used=True).new_spill
+
+
 def _compile(argv, tmp_path, *, plant: str = "") -> tuple[int, str, dict | None]:
     """`quantfloor compile ARGV --json` in a process where kernels are compiled (not interpreted),
     after the Python statements `plant`; (exit code, stdout, the JSON report)."""
@@ -155,7 +166,7 @@ def test_a_planted_spill_fails_the_command(tmp_path):
     assert out.strip().splitlines()[-1] == SUMMARY.format(n=1, t=1, f=0, s=1), out
     assert rc == 1
     row = data["binaries"][0]
-    assert row["options"]["waves_per_eu"] == 8 and row["spills"] > 0 and row["scratch"] > 0
+    assert row["options"]["waves_per_eu"] == 8 and row["spills"] > 0 and row["scratch"] > 0 and row["scratch_used"]
 
 
 def test_a_failing_compile_is_reported_with_the_compiler_message(tmp_path):

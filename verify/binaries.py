@@ -23,9 +23,12 @@ so the hash names the code alone: moving a kernel's source lines, or building
 from another checkout, leaves it unchanged, and two commits' JSON reports
 show which binaries a change touches and which it leaves bit-identical.
 
-A spill is any VGPR spill or scratch (private segment) on AMD, and any local
-memory or stack on NVIDIA; SGPR spills go to VGPR lanes, not to memory, and
-are reported beside them. A spill the launch tables expect (a row that says
+A spill is any VGPR spill or any instruction that touches scratch on AMD
+(a `scratch_*` load or store), and any local memory or stack on NVIDIA. SGPR
+spills go to VGPR lanes, not to memory, and are reported beside them; so is
+the private segment a binary reserves: on gfx1250 LLVM at times reserves 36
+to 100 bytes a lane, with SGPRs spilled to VGPR lanes, that no instruction
+touches (`scratch` bytes with `scratch_used` false). A spill the launch tables expect (a row that says
 why it spills, verify.adapters.known_spill) is known; any other is new. A
 binary whose LDS (shared memory) passes the target's limit cannot launch: it
 fails, like one that does not compile.
@@ -66,7 +69,8 @@ class Binary:
     the functions it calls, key, target, compiler version): equal inputs give equal binaries;
     registers: VGPRs (AGPRs counted in) on AMD, registers per thread on NVIDIA; agprs, sgprs: AMD;
     spills: VGPR spills (AMD) or local-memory bytes (NVIDIA); sgpr_spills: SGPRs spilled to VGPR
-    lanes (AMD); scratch: private-segment (AMD) or stack (NVIDIA) bytes per lane; lds: LDS or
+    lanes (AMD); scratch: private-segment (AMD) or stack (NVIDIA) bytes per lane; scratch_used: an
+    instruction touches scratch (AMD: a scratch_* load or store; NVIDIA: any stack); lds: LDS or
     shared bytes per workgroup; occupancy: waves per SIMD (AMD) or warps per SM (NVIDIA); error:
     the compiler's message when it failed (the facts are then 0), or why it cannot launch; known:
     why the launch tables expect it to spill, when it spills and they do."""
@@ -87,6 +91,7 @@ class Binary:
     spills: int = 0
     sgpr_spills: int = 0
     scratch: int = 0
+    scratch_used: bool = False
     lds: int = 0
     occupancy: int = 0
     seconds: float = 0.0
@@ -95,7 +100,7 @@ class Binary:
 
     @property
     def spilled(self) -> bool:
-        return not self.error and (self.spills > 0 or self.scratch > 0)
+        return not self.error and (self.spills > 0 or self.scratch_used)
 
     @property
     def new_spill(self) -> bool:
@@ -237,13 +242,16 @@ _AMD_FIELDS = {"vgpr_count": r"\.vgpr_count:\s+(\d+)", "agpr_count": r"\.agpr_co
                "sgpr_spill_count": r"\.sgpr_spill_count:\s+(\d+)",
                "private_segment_fixed_size": r"\.private_segment_fixed_size:\s+(\d+)",
                "group_segment_fixed_size": r"\.group_segment_fixed_size:\s+(\d+)",
-               "occupancy": r"; Occupancy:\s+(\d+)"}
+               "occupancy": r"; Occupancy:\s+(\d+)", "scratch_ops": r"(?m)^\s*scratch_(?:load|store)\w*"}
 
 
 def amd_facts(amdgcn: str) -> dict:
     """The AMDGPU metadata fields of a kernel's amdgcn text (0 where one is absent)."""
     facts = {}
     for name, pattern in _AMD_FIELDS.items():
+        if name == "scratch_ops":
+            facts[name] = len(re.findall(pattern, amdgcn))
+            continue
         found = re.search(pattern, amdgcn)
         facts[name] = int(found.group(1)) if found else 0
     return facts
@@ -272,13 +280,14 @@ def _facts(kernel, target: targets.Target, warps: int) -> dict:
         lds = max(shared, f["group_segment_fixed_size"])
         return dict(sha256=hashlib.sha256(kernel.asm["hsaco"]).hexdigest(), registers=f["vgpr_count"],
                     agprs=f["agpr_count"], sgprs=f["sgpr_count"], spills=f["vgpr_spill_count"],
-                    sgpr_spills=f["sgpr_spill_count"], scratch=f["private_segment_fixed_size"], lds=lds,
+                    sgpr_spills=f["sgpr_spill_count"], scratch=f["private_segment_fixed_size"],
+                    scratch_used=f["scratch_ops"] > 0, lds=lds,
                     occupancy=targets.amd_waves(target, vgprs=f["vgpr_count"], lds=lds, warps=warps,
                                                 compiler=f["occupancy"]))
     f = nvidia_facts(kernel.asm["cubin"])
     smem = shared + f.get("SHARED", 0)
     return dict(sha256=hashlib.sha256(kernel.asm["cubin"]).hexdigest(), registers=f.get("REG", 0),
-                spills=f.get("LOCAL", 0), scratch=f.get("STACK", 0), lds=smem,
+                spills=f.get("LOCAL", 0), scratch=f.get("STACK", 0), scratch_used=f.get("STACK", 0) > 0, lds=smem,
                 occupancy=targets.nvidia_warps(regs=f.get("REG", 0), shared=smem, warps=warps))
 
 
@@ -400,19 +409,20 @@ def config(binary: Binary) -> str:
 def table(rows: list[Binary]) -> str:
     """One line per binary: target, kernel, registers, spills, scratch, LDS, occupancy, cases, hash, config."""
     head = (f"{'target':<8} {'kernel':<24} {'regs':>5} {'agpr':>4} {'sgpr':>4} {'spill':>5} {'sspill':>6} "
-            f"{'scratch':>7} {'lds':>6} {'occ':>4} {'cases':>6} {'sha256':<12}  config")
+            f"{'scratch':>7} {'used':>4} {'lds':>6} {'occ':>4} {'cases':>6} {'sha256':<12}  config")
     lines = [head]
     for b in rows:
         if b.error and not b.registers:
             lines.append(f"{b.target:<8} {b.kernel:<24} {'FAILED':>5} {'':>4} {'':>4} {'':>5} {'':>6} {'':>7} "
-                         f"{'':>6} {'':>4} {b.cases:>6} {'':<12}  {config(b)}")
+                         f"{'':>4} {'':>6} {'':>4} {b.cases:>6} {'':<12}  {config(b)}")
             continue
         lines.append(f"{b.target:<8} {b.kernel:<24} {b.registers:>5} {b.agprs:>4} {b.sgprs:>4} {b.spills:>5} "
-                     f"{b.sgpr_spills:>6} {b.scratch:>7} {b.lds:>6} {b.occupancy:>4} {b.cases:>6} "
+                     f"{b.sgpr_spills:>6} {b.scratch:>7} {'yes' if b.scratch_used else 'no':>4} {b.lds:>6} "
+                     f"{b.occupancy:>4} {b.cases:>6} "
                      f"{b.sha256[:12]:<12}  {config(b)}")
     lines.append("occ: waves per SIMD on AMD, warps per SM on NVIDIA (verify.targets); spill: VGPR spills (AMD) "
-                 "or local bytes (NVIDIA); sspill: SGPRs spilled to VGPR lanes; scratch: bytes per lane "
-                 "(stack frame on NVIDIA); lds: LDS or shared bytes")
+                 "or local bytes (NVIDIA); sspill: SGPRs spilled to VGPR lanes; scratch: bytes per lane reserved "
+                 "(stack frame on NVIDIA), used: an instruction touches them; lds: LDS or shared bytes")
     return "\n".join(lines)
 
 

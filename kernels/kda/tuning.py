@@ -59,10 +59,7 @@ _AMD = {64: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(4, 1)),
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee"),
-    "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", spills={
-        "kda_prepare_kernel": "with the softplus gate LLVM reserves a private segment of 36 bytes a lane that "
-                              "no instruction of the binary touches (693 VGPRs at K = 128, 418 at K = 64 with "
-                              "4 warps; with 8 warps its cap of 512 makes real spills)"}),
+    "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee"),
     "sm90": ArchTuning(rows=_NVIDIA, spills={
         "kda_prepare_kernel": "K1 holds [64, K] fp32 tiles of q, k and the gate and [64, 64] products at once: "
                               "255 registers a thread and 8 to 1312 bytes of stack with 4 warps; the sm90 rows "

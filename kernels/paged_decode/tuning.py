@@ -15,7 +15,8 @@ largest steps with which every specialization of the gpu tier compiles
 without a VGPR spill or scratch and keeps at least 2 waves per SIMD (at most
 256 VGPRs on gfx942 and gfx950, 512 on gfx1250; verify/targets.py). A step
 of 64 keys holds [64, D] K and V tiles in fp32 and their dot operands, which
-passes 256 VGPRs from D 128 on, and with 32 rows from D 64 on; the fp8 bit
+passes 256 VGPRs from D 128 on (259 to 267 for a bf16 cache with per-token
+scales on gfx942), and with 32 rows from D 64 on; the fp8 bit
 decoding (the format a target does not convert: e4m3fn on gfx942, e4m3fnuz
 elsewhere) and gfx1250's wave32 (twice the registers a lane for a tile) need
 smaller steps still. waves_per_eu=2 is not set: it made the compiler spill
@@ -66,7 +67,7 @@ TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
                              LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS)),
                        split=True, programs_per_cu=2),
-    "gfx942": ArchTuning(rows=(LaunchConfig(128, 64, 4, 2, max_rows=16), LaunchConfig(256, 32, 4, 2, max_rows=16),
+    "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(256, 32, 4, 2, max_rows=16),
                                LaunchConfig(128, 32, 4, 2), LaunchConfig(256, 16, 4, 2)),
                          split=False, programs_per_cu=2),
     "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
