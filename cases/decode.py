@@ -159,11 +159,15 @@ def _pool_values(gen, used: torch.Tensor, shape, device) -> torch.Tensor:
     return x
 
 
+def _table_geometry(lens, block):
+    """(blocks each sequence needs, block table width, block pool size: twice the needed blocks + 1)."""
+    needed = [math.ceil(n / block) for n in lens]
+    return needed, max(1, max(needed)), 2 * sum(needed) + 1
+
+
 def _block_tables(gen, lens, block):
     """Random permutation over a pool twice the needed blocks (+1), padded with random ids."""
-    needed = [math.ceil(n / block) for n in lens]
-    width = max(1, max(needed))
-    pool = 2 * sum(needed) + 1
+    needed, width, pool = _table_geometry(lens, block)
     perm = torch.randperm(pool, generator=gen)
     tables = torch.randint(0, pool, (len(lens), width), generator=gen, dtype=torch.int64)
     used = torch.zeros(pool, block, dtype=torch.bool)
@@ -222,7 +226,7 @@ def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool, s
         bad = bad.to(scale.device)
         scale = torch.where(used[:, None, :].expand_as(scale), scale, bad).float()
         if per_token_transposed:
-            scale = scale.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+            scale = _v_scale_layout(scale)
     return stored, scale
 
 
@@ -272,4 +276,44 @@ def build(case: DecodeCase, device, seed: int) -> DecodeInputs:
         scale=case.d ** -0.5,
         out=torch.full(query.shape, float("nan"), dtype=torch.bfloat16, **to),
         empty_rows=empty_rows.to(**to),
+    )
+
+
+def _v_scale_layout(scale: torch.Tensor) -> torch.Tensor:
+    """A per-token V scale [nb, Hkv, bs] stored slot-major, so its strides differ from K's."""
+    return scale.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+
+
+def build_meta(case: DecodeCase) -> DecodeInputs:
+    """The inputs of `case` as `build` makes them, on torch's meta device: every shape, stride,
+    dtype and storage offset, no values (what a launch is decided from; kernels.arch.planned)."""
+    meta = dict(device="meta")
+    _, width, pool = _table_geometry(case.lens, case.block)
+    num_seqs = len(case.lens)
+    q_shape = (num_seqs, case.q, case.hq, case.d) if case.q > 1 else (num_seqs, case.hq, case.d)
+    logical = (pool, case.block, case.hkv, case.d)
+    stored = torch.empty(logical, dtype=case.cache_dtype, **meta)
+    if case.scales == "token":
+        k_scale = torch.empty(pool, case.hkv, case.block, **meta)
+        v_scale = _v_scale_layout(k_scale)
+    else:
+        k_scale, v_scale = torch.empty(1, **meta), torch.empty(1, **meta)
+    lens = torch.tensor(case.lens)
+    empty_rows = (lens[:, None] - case.q + 1 + torch.arange(case.q)) <= 0
+    return DecodeInputs(
+        case=case,
+        query=torch.empty(q_shape, dtype=torch.bfloat16, **meta),
+        query_original=torch.empty(q_shape, **meta),
+        original_k=torch.empty(logical, **meta),
+        original_v=torch.empty(logical, **meta),
+        key_cache=layouts.pack_k(stored, case.layout),
+        value_cache=layouts.pack_v(stored, case.layout),
+        k_scale=k_scale,
+        v_scale=v_scale,
+        block_tables=torch.empty(num_seqs, width, dtype=torch.int32, **meta),
+        seq_lens=torch.empty(num_seqs, dtype=torch.int32, **meta),
+        max_seq_len=max(case.lens),
+        scale=case.d ** -0.5,
+        out=torch.empty(q_shape, dtype=torch.bfloat16, **meta),
+        empty_rows=empty_rows.to(**meta),
     )

@@ -277,6 +277,42 @@ def build(case: KdaCase, device, seed: int) -> KdaInputs:
                      out=torch.full((B, T, H, D), float("nan"), **to))
 
 
+def build_meta(case: KdaCase) -> KdaInputs:
+    """The inputs of `case` as `build` makes them, on torch's meta device: every shape, stride,
+    dtype and storage offset, no values (what a launch is decided from; kernels.arch.planned).
+    cu_seqlens alone holds values, on the CPU: the host reads it to cut chunks, no kernel does."""
+    meta = dict(device="meta")
+    H, D = case.h, case.dim
+    B, T = (1, sum(case.lens)) if case.lens else (case.b, case.t)
+    n = case.num_seqs
+    to = dict(meta, dtype=DTYPES[case.dtype])
+    kwargs = dict(gate=case.gate, beta_sigmoid=case.beta_sigmoid, qk_l2norm=case.l2norm, scale=D ** -0.5)
+    if case.gate != "log":
+        kwargs["A_log"] = torch.empty(H, **meta)
+        kwargs["dt_bias"] = torch.empty(H * D, **meta)
+        if case.gate == "lower_bound":
+            kwargs["lower_bound"] = LOWER_BOUND
+    if case.lens:
+        kwargs["cu_seqlens"] = torch.tensor([0] + list(_cumsum(case.lens)), dtype=torch.int32)
+    if case.state in ("dense", "vfirst"):
+        kwargs["initial_state"] = torch.empty(n, H, D, D, **meta)
+        kwargs["state_v_first"] = case.state == "vfirst"
+    if case.state == "paged":
+        slots = n + 2
+        kwargs["state_cache"] = torch.empty(slots, H * D * D + 64, **meta)[:, : H * D * D].view(slots, H, D, D)
+        kwargs["state_indices"] = torch.empty(n, dtype=torch.int32, **meta)
+        kwargs["has_initial_state"] = torch.empty(n, dtype=torch.bool, **meta)
+    else:
+        kwargs["output_final_state"] = True
+    if case.tag == "bands":
+        fused = torch.empty(B, T, 3 * H * D, **to)
+        q, k, v = (fused[..., i * H * D:(i + 1) * H * D].view(B, T, H, D) for i in range(3))
+    else:
+        q, k, v = (torch.empty(B, T, H, D, **to) for _ in range(3))
+    return KdaInputs(case=case, q=q, k=k, v=v, g=torch.empty(B, T, H, D, **to), beta=torch.empty(B, T, H, **to),
+                     kwargs=kwargs, out=torch.empty(B, T, H, D, **to))
+
+
 def _cumsum(lens):
     total = 0
     for n in lens:

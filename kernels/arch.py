@@ -2,9 +2,15 @@
 
 Kernels take these answers as constexprs chosen on the host, so one kernel body
 serves a compiled GPU (AMD or NVIDIA) and the Triton interpreter on CPU.
+
+A tensor on torch's meta device (shapes, strides and dtype, no data) stands for
+a tensor on the arch that `planned` names: inside `with planned("gfx942", 304)`,
+an entry called on meta tensors decides every launch as it would on that arch
+with that many CUs (kernels.launch records them instead of running them).
 """
 
 import contextlib
+import contextvars
 import functools
 import os
 
@@ -30,6 +36,34 @@ _NATIVE_FP8 = {
     "gfx950": {"e4m3fn"},
     "gfx1250": {"e4m3fn"},
 }
+
+
+# (arch name, CU count) that meta tensors stand for, inside `planned`.
+_PLANNED: contextvars.ContextVar = contextvars.ContextVar("planned", default=None)
+
+
+@contextlib.contextmanager
+def planned(name: str, cus: int):
+    """Within the block, meta-device tensors stand for tensors on arch `name` with `cus` CUs."""
+    if not isinstance(cus, int) or isinstance(cus, bool) or cus < 1:
+        raise ValueError(f"cus: expected a positive int, got {cus!r}")
+    token = _PLANNED.set((name, cus))
+    try:
+        yield
+    finally:
+        _PLANNED.reset(token)
+
+
+def planned_target() -> tuple[str, int] | None:
+    """(arch, CUs) that meta tensors stand for here, None outside `planned`."""
+    return _PLANNED.get()
+
+
+def _planned_target() -> tuple[str, int]:
+    target = _PLANNED.get()
+    if target is None:
+        raise ValueError("device: a meta tensor stands for a target only inside kernels.arch.planned(arch, cus)")
+    return target
 
 
 def interpreting() -> bool:
@@ -80,8 +114,10 @@ def data_checks(validate) -> bool:
 
 
 def arch_name(device: torch.device) -> str:
-    """'gfx942', 'sm90', ... for a GPU device; 'cpu' for the interpreter."""
+    """'gfx942', 'sm90', ... for a GPU device; 'cpu' for the interpreter; the planned arch for meta."""
     device = torch.device(device)
+    if device.type == "meta":
+        return _planned_target()[0]
     if device.type != "cuda" or interpreting():
         return "cpu"
     return _gpu(_index(device))[0]
@@ -103,6 +139,8 @@ def cu_count(device: torch.device) -> int:
             raise ValueError(f"CU_NUM: expected a positive integer, got {env!r}")
         return value
     device = torch.device(device)
+    if device.type == "meta":
+        return _planned_target()[1]
     if device.type == "cuda" and not interpreting():
         return _gpu(_index(device))[1]
     return 1

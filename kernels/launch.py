@@ -7,13 +7,22 @@ specializes on, and after the first launch of a specialization (which goes
 through the JIT and compiles it) calls that kernel's launcher directly.
 
 What Triton specializes an argument on: a tensor's dtype and whether its
-address is a multiple of 16; an int's width (32 or 64 bits) and whether it
+address is a multiple of 16 (on AMD, also whether its storage lies within
+2 GiB, for buffer loads); an int's width (32 or 64 bits) and whether it
 is 1 or a multiple of 16; a bool's value; a float not at all. Constexprs,
 warps and stages are part of the key. The key also holds the kernel object
 itself, so a mutated copy of a kernel (verify.mutants) never borrows the
 real one's binary, and the device, whose loaded module the launcher uses.
 Under the interpreter every launch goes through the JIT.
+
+Inside `recorded()` a launch is not run but kept, with everything that decides
+its binary (kernel, constexprs, options, arguments): an entry called on meta
+tensors within `kernels.arch.planned` thereby lists the launches it would make
+on that arch, through the same code that makes them for real.
 """
+
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -21,10 +30,37 @@ from kernels import arch
 
 _COMPILED: dict = {}
 _I32 = (-(1 << 31), (1 << 31) - 1)
+_RECORDING: list[list] = []
+# AMD's backend also specializes a tensor on whether its storage lies within 2 GiB (buffer loads).
+_HIP_2GB = (1 << 31) - 1 if torch.version.hip else None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch as decided on the host: fn[grid](*args, **constexprs, **options)."""
+
+    fn: object
+    grid: tuple
+    args: tuple
+    constexprs: dict
+    options: dict
+
+
+@contextmanager
+def recorded():
+    """Within the block, `launch` appends a Launch to the yielded list instead of running it."""
+    calls: list = []
+    _RECORDING.append(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDING.pop()
 
 
 def _spec(value):
     if isinstance(value, torch.Tensor):
+        if _HIP_2GB is not None:
+            return value.dtype, value.data_ptr() % 16 == 0, value.untyped_storage().nbytes() <= _HIP_2GB
         return value.dtype, value.data_ptr() % 16 == 0
     if isinstance(value, bool):
         return value
@@ -39,8 +75,11 @@ def launch(fn, grid: tuple, args: tuple, constexprs: dict, **options) -> None:
     """fn[grid](*args, **constexprs, **options), on the current device and stream.
 
     `args` are fn's leading parameters in order; `constexprs` name all the others; `options` are
-    Triton's launch options (num_warps, num_stages, maxnreg).
+    Triton's launch options (num_warps, num_stages, maxnreg, waves_per_eu).
     """
+    if _RECORDING:
+        _RECORDING[-1].append(Launch(fn, tuple(grid), tuple(args), dict(constexprs), dict(options)))
+        return
     if arch.interpreting():
         fn[grid](*args, **constexprs, **options)
         return

@@ -187,12 +187,15 @@ def test_a_bad_argument_raises_after_good_calls_of_the_same_shapes(inputs, bad, 
 
 def test_launch_configs_are_data_per_arch():
     from kernels.paged_decode import tuning
-    sm90 = tuning.TABLES["sm90"]
-    assert tuning.config("sm90", 64) == sm90.rows[0]
-    assert tuning.config("sm90", 256) == next(r for r in sm90.rows if r.max_head_dim >= 256)
-    assert tuning.config("gfx1250", 128) == tuning.DEFAULT.rows[0]
+    sm90, gfx942 = tuning.TABLES["sm90"], tuning.TABLES["gfx942"]
+    assert tuning.config("sm90", 64, 4) == sm90.rows[0]
+    assert tuning.config("sm90", 256, 64) == next(r for r in sm90.rows if r.max_head_dim >= 256)
+    assert tuning.config("gfx90a", 128, 4) == tuning.DEFAULT.rows[0]
+    # more rows a program, smaller steps: [32 rows, 64 keys] tiles pass gfx942's 256 VGPRs for 2 waves
+    assert tuning.config("gfx942", 64, 16).block_n > tuning.config("gfx942", 64, 32).block_n
+    assert gfx942.rows[0].max_rows == 16 and tuning.config("gfx942", 64, 64).max_rows == 64
     with pytest.raises(ValueError, match="head_dim"):
-        tuning.config("sm90", 512)
+        tuning.config("sm90", 512, 4)
     assert decode_plan.split_archs() == tuple(a for a, t in tuning.TABLES.items() if t.split)
 
 

@@ -4,4 +4,5 @@ import sys
 
 from verify.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a spawned worker imports this module again
+    sys.exit(main())

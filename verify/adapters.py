@@ -5,6 +5,9 @@ names, and returns the outputs to judge. Scratch is poisoned with NaN before
 split calls, so a kernel that reads scratch it never wrote fails. The
 `*_dot_dtype` functions pass on the operand dtype the kernel's dots take for a
 case on its device, which verify.floors rounds its same-precision operands to.
+`planned_launches` runs a case's calls on meta inputs for a named arch and
+returns the launches they decide, without running a kernel, and `known_spill`
+says why a launch table expects a kernel to spill there (verify.binaries).
 """
 
 import os
@@ -12,9 +15,13 @@ from contextlib import contextmanager
 
 import torch
 
+from kernels import arch as kernel_arch
 from kernels import kda as kda_kernels
+from kernels import launch as kernel_launch
 from kernels import paged_decode
+from kernels.kda import tuning as kda_tuning
 from kernels.paged_decode import plan as decode_plan
+from kernels.paged_decode import tuning as decode_tuning
 
 FORCE_SPLIT = {"onepass": False, "split": True, "auto": None}
 UNCAPPED_CU = 1 << 30  # so many CUs that the planner never caps the partition count
@@ -135,10 +142,7 @@ def kda(inputs) -> tuple[dict, bool]:
                 t.fill_(float("nan"))
         if cache is not None:
             kwargs["state_cache"] = _copy_strided(cache)
-        out = torch.full_like(inputs.out, float("nan"))
-        o, final = kda_kernels.flash_kda_fwd(inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta,
-                                             chunks_per_segment=case.chunks_per_segment, workspace=workspace,
-                                             out=out, **kwargs)
+        o, final = kda_call(inputs, kwargs, workspace)
     if cache is None:
         return {"o": o, "state": final}, True
     written = kwargs["state_cache"]
@@ -146,3 +150,34 @@ def kda(inputs) -> tuple[dict, bool]:
     used[kwargs["state_indices"].long()] = True
     untouched = torch.equal(written[~used].view(torch.int32), cache[~used].view(torch.int32))
     return {"o": o, "state": written[kwargs["state_indices"].long()]}, untouched
+
+
+def kda_call(inputs, kwargs: dict, workspace: dict):
+    """One flash_kda_fwd call of a KDA case with keyword arguments `kwargs`, into a fresh
+    NaN-filled output; returns (o, final_state)."""
+    out = torch.full_like(inputs.out, float("nan"))
+    return kda_kernels.flash_kda_fwd(inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta,
+                                     chunks_per_segment=inputs.case.chunks_per_segment, workspace=workspace,
+                                     out=out, **kwargs)
+
+
+def planned_launches(inputs, *, arch: str, cus: int) -> list:
+    """The kernel launches (kernels.launch.Launch) our kernels would make for a case on `arch` with
+    `cus` CUs, decided by the very calls `decode` or `kda` make, on the case's meta inputs
+    (cases.*.build_meta), and recorded instead of run."""
+    with kernel_arch.planned(arch, cus), kernel_launch.recorded() as launches:
+        if hasattr(inputs, "key_cache"):
+            decode(inputs)
+        else:
+            kda_call(inputs, dict(inputs.kwargs), {})
+    return launches
+
+
+def known_spill(arch: str, kernel: str, constexprs: dict) -> str:
+    """Why the launch tables of `arch` expect `kernel` with these constexprs to spill; '' when they
+    expect no spill (kernels.paged_decode.tuning, kernels.kda.tuning)."""
+    if kernel == "decode_partition_kernel":
+        return decode_tuning.config(arch, constexprs["D"], constexprs["G"] * constexprs["Q"]).spills
+    if kernel.startswith("kda_"):
+        return kda_tuning.tuning(arch).spills.get(kernel, "")
+    return ""

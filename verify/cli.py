@@ -9,6 +9,8 @@
     quantfloor mutants [--tier T] [-k NAME] [--workers N] [--timeout S]
     quantfloor merge REPORT.json ... [OUTPUTS]
     quantfloor sanitize [--tier T] [-k WORDS] [--tool memcheck,racecheck,initcheck,synccheck]
+    quantfloor compile [--target gfx942,gfx950,gfx1250,sm90] [--tier T] [-k WORDS] [--json PATH] [--workers N]
+    quantfloor bindiff BEFORE.json AFTER.json
 
 OUTPUTS: [--json PATH] [--md PATH] [--html PATH] [--png DIR] [--junit PATH] [--heat A,B]: the JSON
 report, a markdown comment (referencing the pictures when --png is given too), one self-contained
@@ -30,13 +32,19 @@ fails and it printed the smallest case that fails for the same reason.
 `report` exits 0 once it wrote what it was asked, whatever the run's verdict.
 `run` shows its progress on stderr (verify.progress): a live bar with an ETA
 on a terminal, plain lines in a log.
+`compile` compiles, without running anything, every kernel specialization
+the tier's cases launch on each target (verify.binaries) and exits 0 only
+when all compiled and none has a spill its launch table does not expect;
+`bindiff` says which binaries of two of its JSON reports differ.
 """
 
 import argparse
 import contextlib
 import json
+import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,8 +56,8 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from verify import figures, impls, junit, mutants, page, parallel, plots, report  # noqa: E402
-from verify import runner, sanitize, shrink, workload  # noqa: E402
+from verify import binaries, figures, impls, junit, mutants, page, parallel, plots, report  # noqa: E402
+from verify import runner, sanitize, shrink, targets, workload  # noqa: E402
 
 
 def _device_name() -> str:
@@ -290,6 +298,68 @@ def cmd_sanitize(args) -> int:
     return 0 if total == 0 else 1
 
 
+def _compiled_cases(tier: str, pattern: str | None) -> list:
+    """The cases of a tier's jobs selected by -k (probes, which judge call sequences, left out)."""
+    jobs = runner.select(runner.jobs(tier), pattern)
+    return [binaries.case_of(j.case_id) for j in jobs if not j.case_id.startswith("probe-")]
+
+
+def _write_binaries(path, built, tier, chosen, n_cases, started) -> None:
+    meta = {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "tier": tier, "command": " ".join(sys.argv), "targets": [t.name for t in chosen], "cases": n_cases,
+            "seconds": round(time.perf_counter() - started, 1)}
+    with open(path, "w") as fh:
+        json.dump({"meta": meta, "binaries": [binaries.to_json(b) for b in built]}, fh)
+
+
+def cmd_compile(argv: list, args) -> int:
+    from kernels import arch
+
+    chosen = targets.parse(args.target)
+    if arch.interpreting():  # kernels here are interpreted: compile in a process where they are not
+        env = dict(os.environ, TRITON_INTERPRET="0")
+        return subprocess.call([sys.executable, "-m", "verify", *argv], env=env)
+    tier = _tier(args, judged=False)
+    started = time.perf_counter()
+    cases = _compiled_cases(tier, args.k)
+    specs = binaries.plan(cases, chosen)
+    planned = time.perf_counter() - started
+    print(f"quantfloor compile: {len(cases)} cases of tier {tier} launch {len(specs)} specializations on "
+          f"{', '.join(t.name for t in chosen)} (planned in {planned:.1f}s); compiling with {args.workers} "
+          f"workers", file=sys.stderr, flush=True)
+    if args.no_compile:
+        built = binaries.uncompiled(specs)
+        if args.json:
+            _write_binaries(args.json, built, tier, chosen, len(cases), started)
+        print(f"planned {len(built)} specializations for {len(chosen)} targets (nothing compiled)")
+        return 0
+    shown = [time.perf_counter()]
+
+    def progress(done, total):
+        if time.perf_counter() - shown[0] >= runner.PROGRESS_SECONDS and done < total:
+            print(f"  compiled {done}/{total}, {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+            shown[0] = time.perf_counter()
+
+    built = binaries.compile_all(specs, workers=args.workers, on_done=progress)
+    print(binaries.table(built))
+    for b in built:
+        if b.error:
+            print(f"FAILED {b.target} {b.kernel} ({b.example}): {b.error}")
+            print(f"  {binaries.config(b)}")
+    print(binaries.overview(built))
+    print(binaries.known_spills(built))
+    if args.json:
+        _write_binaries(args.json, built, tier, chosen, len(cases), started)
+    print(binaries.summary(built, len(chosen)))
+    return 0 if built and not any(b.error or b.new_spill for b in built) else 1
+
+
+def cmd_bindiff(args) -> int:
+    before, after = (binaries.read_json(path) for path in (args.before, args.after))
+    print(binaries.diff(before, after))
+    return 0
+
+
 def cmd_merge(args) -> int:
     meta, verdicts = report.merge(args.reports)
     return _emit(verdicts, meta, args)
@@ -347,6 +417,18 @@ def parser() -> argparse.ArgumentParser:
     clean = tiered("sanitize", "a sample of the cases under NVIDIA compute-sanitizer, errors per tool and case")
     clean.add_argument("--tool", default=",".join(sanitize.TOOLS),
                        help=f"comma list of compute-sanitizer tools (default {','.join(sanitize.TOOLS)})")
+    comp = tiered("compile", "compile every kernel specialization of a tier for GPU targets, without a GPU: "
+                             "registers, spills, LDS, occupancy, binary hashes")
+    comp.add_argument("--target", default=",".join(targets.TARGETS),
+                      help=f"comma list of {', '.join(targets.TARGETS)} (default: all)")
+    comp.add_argument("--json", default=None, help="write every binary's facts and hash here")
+    comp.add_argument("--workers", type=int, default=1, help="compile in this many processes (default 1)")
+    comp.add_argument("--no-compile", action="store_true",
+                      help="only list the specializations and the hash of their compiler inputs (equal inputs "
+                           "compile to equal binaries): compares commits over a tier too large to compile")
+    diff = sub.add_parser("bindiff", help="which binaries of two `compile --json` reports differ")
+    diff.add_argument("before")
+    diff.add_argument("after")
     repro = sub.add_parser("repro", help="run one case by id and show its errors")
     small = sub.add_parser("shrink", help="from a failing case, the smallest case that fails for the same reason")
     for s in (repro, small):
@@ -360,9 +442,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     handler = {"run": cmd_run, "cases": cmd_cases, "repro": cmd_repro, "mutants": cmd_mutants,
-               "sanitize": cmd_sanitize, "report": cmd_report,
+               "sanitize": cmd_sanitize, "report": cmd_report, "compile": lambda a: cmd_compile(argv, a),
+               "bindiff": cmd_bindiff,
                "merge": cmd_merge, "shrink": cmd_shrink}[args.command]
     try:
         return handler(args)

@@ -123,7 +123,7 @@ MUTANTS = (
     Mutant("kda-paged-state-transposed", "kernels.kda.chunk", _KDA, "_chunk",
            "cv[None, :] * cs2 + rk[:, None])", "cv[None, :] + rk[:, None] * cs2)"),
     Mutant("kda-scan-order", "kernels.kda.chunk", _KDA, "_chunk",
-           'S = tl.dot(M, S, input_precision="tf32x3") + b', 'S = tl.dot(M, S + b, input_precision="tf32x3")'),
+           "S = tl.dot(M, S, input_precision=PRECISION) + b", "S = tl.dot(M, S + b, input_precision=PRECISION)"),
     Mutant("kda-neighbour-chunk-tile", "kernels.kda.chunk", _KDA, "_chunk",
            "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h"),
     Mutant("kda-log-gate-clamped-below-zero", "kernels.kda.prepare", _KDA, "_prepare",

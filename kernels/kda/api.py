@@ -20,19 +20,18 @@ import torch
 import triton.language as tl
 
 from kernels import arch
+from kernels import launch as _launch
 from kernels.kda import chunk as _chunk
 from kernels.kda import meta as _meta
 from kernels.kda import plan as _plan
 from kernels.kda import prepare as _prepare
+from kernels.kda import tuning as _tuning
 
 CHUNK = 64  # tokens per chunk (C)
 SUB_BLOCK = 16  # rows of K1's [BC, BC] sub-blocks (C == 4 * SUB_BLOCK)
 BLOCK_V = 64  # columns of the state one K2 program holds (BV)
 HEAD_DIMS = (64, 128)  # supported K and V
 MAX_HEADS = 65535  # grid axis 1 holds the head
-PREPARE_WARPS = {64: 4, 128: 4}  # K1 warps by K
-WALK_WARPS = {64: 4, 128: 4}  # K2 walk and pass A warps by K
-SCAN_WARPS = {64: 4, 128: 8}  # pass B warps by K (it holds M [K, K])
 GATES = {"log": _prepare.GATE_LOG, "softplus": _prepare.GATE_SOFTPLUS, "lower_bound": _prepare.GATE_LOWER_BOUND}
 
 _IO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -132,7 +131,9 @@ def _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, checked):
     _check_tensor("cu_seqlens", cu_seqlens, _INDEX_DTYPES)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(f"cu_seqlens: expected a 1-D tensor [N+1] with N >= 1, got shape {list(cu_seqlens.shape)}")
-    _check_device("cu_seqlens", cu_seqlens, device)
+    if cu_seqlens.device != device and cu_seqlens.device.type != "cpu":
+        raise ValueError(f"cu_seqlens: expected a tensor on {device} (the device of q) or on the CPU, "
+                         f"got {cu_seqlens.device}")
     if batch != 1:
         raise ValueError(f"q: expected batch size 1 with cu_seqlens (sequences packed on T), got {batch}")
     if cu_seqlens_cpu is None:
@@ -177,6 +178,8 @@ def _check_states(initial_state, state_v_first, state_cache, state_indices, has_
     _check_tensor("has_initial_state", has_initial_state, (torch.bool,))
     _check_shape("has_initial_state", has_initial_state, [n], "[N], one flag per sequence")
     _check_device("has_initial_state", has_initial_state, device)
+    if state_indices.device.type == "meta":  # shapes only: no slots to check
+        return
     slots = state_indices.tolist()
     if any(not 0 <= s < state_cache.shape[0] for s in slots) or len(set(slots)) != len(slots):
         raise ValueError(f"state_indices: expected distinct slots in [0, {state_cache.shape[0]}), got {slots}")
@@ -223,7 +226,8 @@ def flash_kda_fwd(
     None; initial_state in that layout. Paged: sequence n starts from
     state_cache[state_indices[n]] ([slots, H, V, K]) when has_initial_state[n], else
     from zeros, and its final state is written back into that slot. cu_seqlens
-    [N+1] (B == 1) packs sequences on T. chunks_per_segment: None lets the planner
+    [N+1] (B == 1) packs sequences on T; it is read on the host only, so it may live on the CPU
+    (which spares a device sync). chunks_per_segment: None lets the planner
     choose, 0 forces the unsegmented walk, n >= 1 segments of n chunks. workspace:
     a dict that keeps the scratch tensors between calls. cu_seqlens_cpu: the same
     offsets on the host (a list or CPU tensor), so planning reads no device memory;
@@ -273,6 +277,8 @@ def flash_kda_fwd(
         cps = _plan.chunks_per_segment(counts, heads, v_blocks, arch.cu_count(device))
     units, seg_off = _meta.unit_table(first, int(cps))
     nc, nu = len(table), len(units)
+    arch_name = arch.arch_name(device)
+    configs = _tuning.config(arch_name, dim_k)
     dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
 
@@ -307,39 +313,35 @@ def flash_kda_fwd(
     if nc:
         sc = _buffer(workspace, "scratch", (nc, heads, 3, CHUNK, dim_k), torch.float32, device)
         akk = _buffer(workspace, "akk", (nc, heads, CHUNK, CHUNK), torch.float32, device)
-        _prepare.kda_prepare_kernel[(nc, heads)](
+        _launch.launch(_prepare.kda_prepare_kernel, (nc, heads), (
             q, k, v, g, beta, A_log if A_log is not None else beta, dt_bias if dt_bias is not None else beta,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
             beta.stride(0), beta.stride(1), beta.stride(2),
-            chunk_meta, sc, akk, tiles, u, aqk, decay, heads, float(scale), lower,
-            K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, GATE=GATES[gate], BETA_SIGMOID=beta_sigmoid,
-            L2NORM=qk_l2norm, DOT=dot_tl, num_warps=PREPARE_WARPS[dim_k],
-        )
+            chunk_meta, sc, akk, tiles, u, aqk, decay, heads, float(scale), lower),
+            dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, GATE=GATES[gate], BETA_SIGMOID=beta_sigmoid,
+                 L2NORM=qk_l2norm, DOT=dot_tl),
+            **configs.prepare.options)
 
-    walk_warps = WALK_WARPS[dim_k]
     out_args = (out, out.stride(0), out.stride(1), out.stride(2), chunk_meta, unit_meta, tiles, u, aqk, decay)
-    common = dict(K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V, PAGED=state_cache is not None,
-                  DENSE_OUT=final is not None, DOT=dot_tl, num_warps=walk_warps)
+    common = dict(K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V)
+    walk = dict(PAGED=state_cache is not None, DENSE_OUT=final is not None, DOT=dot_tl)
     if cps == 0:
-        _chunk.kda_walk_kernel[(nu, heads, v_blocks)](
-            *out_args, out, *state_args, fin, *fin_strides, *cache_args, heads,
-            SEGMENTED=False, INIT=init_mode, **common,
-        )
+        _launch.launch(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+            *out_args, out, *state_args, fin, *fin_strides, *cache_args, heads),
+            dict(common, SEGMENTED=False, INIT=init_mode, **walk), **configs.walk.options)
     else:
         ms = _buffer(workspace, "transition", (nu, heads, dim_k, dim_k + dim_v), torch.float32, device)
         s_in = _buffer(workspace, "segment_state", (nu, heads, dim_k, dim_v), torch.float32, device)
         seg_off_t = _meta.to_device(seg_off, device, width=1).view(-1)
-        _chunk.kda_transition_kernel[(nu, heads, (dim_k + dim_v) // BLOCK_V)](
-            unit_meta, tiles, u, aqk, decay, ms, heads,
-            K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V, DOT=dot_tl, num_warps=walk_warps,
-        )
-        _chunk.kda_scan_kernel[(n, heads, v_blocks)](
-            seg_off_t, ms, s_in, *state_args, *cache_args, heads,
-            K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, num_warps=SCAN_WARPS[dim_k],
-        )
-        _chunk.kda_walk_kernel[(nu, heads, v_blocks)](
-            *out_args, s_in, *state_args, fin, *fin_strides, *cache_args, heads,
-            SEGMENTED=True, INIT=_chunk.INIT_ZERO, **common,
-        )
+        _launch.launch(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
+            unit_meta, tiles, u, aqk, decay, ms, heads),
+            dict(common, DOT=dot_tl), **configs.walk.options)
+        _launch.launch(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
+            seg_off_t, ms, s_in, *state_args, *cache_args, heads),
+            dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=_tuning.tuning(arch_name).scan_precision),
+            **configs.scan.options)
+        _launch.launch(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+            *out_args, s_in, *state_args, fin, *fin_strides, *cache_args, heads),
+            dict(common, SEGMENTED=True, INIT=_chunk.INIT_ZERO, **walk), **configs.walk.options)
     return out, final

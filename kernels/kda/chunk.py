@@ -21,7 +21,8 @@ Kernels (grid axis 1 = head, axis 2 = column block of BV):
                         S_in[s + 1] = M_s S_in[s] + b_s from the initial state.
 
 Precision: the state stays fp32; walk products take DOT operands (bf16 on a
-GPU) with fp32 accumulation; pass B's M S_in uses tf32x3 (about fp32).
+GPU) with fp32 accumulation; pass B's M S_in keeps about fp32 (PRECISION:
+tf32x3 on NVIDIA, ieee on AMD; kernels.kda.tuning).
 
 Unit metadata [NU, 4] int32 (sequence, first chunk, chunks, is last unit of its
 sequence); chunk metadata [NC, 4] int32 (sequence, batch row, first token, length).
@@ -153,7 +154,7 @@ def kda_transition_kernel(
 def kda_scan_kernel(
     seg_off_ptr, ms_ptr, sin_ptr,
     init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, H,
-    K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, INIT: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, INIT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     n = tl.program_id(0)
     h = tl.program_id(1)
@@ -169,4 +170,4 @@ def kda_scan_kernel(
         tl.store(sin_ptr + row * V + cv[None, :], S)
         M = tl.load(ms_ptr + row * (K + V) + rk[None, :])
         b = tl.load(ms_ptr + row * (K + V) + K + cv[None, :])
-        S = tl.dot(M, S, input_precision="tf32x3") + b
+        S = tl.dot(M, S, input_precision=PRECISION) + b

@@ -180,7 +180,8 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     """
     key = (*map(_tensor_key, (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)),
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
-           type(partition_size), partition_size, type(force_split), force_split, type(workspace))
+           type(partition_size), partition_size, type(force_split), force_split, type(workspace),
+           _arch.planned_target())
     call = _CALLS.get(key)
     if call is None:
         call = _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
@@ -188,7 +189,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call
-    if _arch.data_checks(validate):
+    if call.device.type != "meta" and _arch.data_checks(validate):  # a meta tensor holds no ids to check
         _validate.check_tables(block_tables, seq_lens, num_blocks=call.num_blocks, block_size=call.block_size,
                                max_seq_len=call.max_seq_len, window=sliding_window, num_queries=call.num_q)
     if call.num_seqs == 0:
@@ -212,7 +213,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         m_ws = l_ws = acc_ws = out
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     common = call.constexprs
-    launch = _tuning.config(_arch.arch_name(device), head_dim)
+    launch = _tuning.config(_arch.arch_name(device), head_dim, rows)
     with _arch.on_device(device):
         _launch.launch(_partition.decode_partition_kernel, (num_seqs, num_kv_heads, plan.n_part), (
             out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
@@ -228,8 +229,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
                  CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
                  V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
                  SPLIT=plan.split),
-            num_warps=launch.num_warps, num_stages=launch.num_stages,
-            **({} if launch.maxnreg is None else {"maxnreg": launch.maxnreg}))
+            num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options)
         if plan.split:
             _launch.launch(_reduce.decode_reduce_kernel, (num_seqs, num_kv_heads), (
                 out, m_ws, l_ws, acc_ws, plan.n_part, *call.strides[:3], *ws_strides),

@@ -1,18 +1,30 @@
 """Launch configurations of the paged decode, per arch: data, chosen by `kernels.arch`.
 
-A row gives, for head sizes up to `max_head_dim`, the keys per loop step
-(`block_n`), the warps per program, the software-pipelining depth and a
-register cap; and for
-the arch, whether the auto path may split, how many partition programs per
-CU it aims for, and the dot operand dtype of fp8 caches ("fp16": two fp8
-codes become two fp16 values in one instruction on Hopper, and the kernel
-scales rows into fp16's range; None: the query's dtype, as for other caches).
-The CPU runs the fp16 operands too, so the interpreter checks that code. `config(arch, head_dim)` picks the first row that fits; an arch
-without a table gets DEFAULT. The interpreter ("cpu") takes large steps: its
-cost is per step, not per key.
+A row gives, for head sizes up to `max_head_dim` and up to `max_rows` query
+rows a program holds (G * Q), the keys per loop step (`block_n`), the warps
+per program, the software-pipelining depth and a register cap (NVIDIA) or
+waves per SIMD (AMD); and for the arch, whether the auto path may split, how
+many partition programs per CU it aims for, and the dot operand dtype of fp8
+caches ("fp16": two fp8 codes become two fp16 values in one instruction on
+Hopper, and the kernel scales rows into fp16's range; None: the query's
+dtype, as for other caches). The CPU runs the fp16 operands too, so the
+interpreter checks that code. `config(arch, head_dim, rows)` picks the first
+row that fits; an arch without a table gets DEFAULT. The interpreter ("cpu")
+takes large steps: its cost is per step, not per key.
 
 The sm90 rows come from `python -m bench.decode --sweep` on an H200
-(bench/NOTES.md has the table they were read from).
+(bench/NOTES.md has the table they were read from). The AMD rows come from
+`quantfloor compile` (no AMD GPU is lent here, so nothing was timed): the
+largest steps with which every specialization of the gpu tier compiles
+without a VGPR spill or scratch and keeps at least 2 waves per SIMD (at most
+256 VGPRs on gfx942 and gfx950, 512 on gfx1250; verify/targets.py). A step
+of 64 keys holds [64, D] K and V tiles in fp32 and their dot operands, which
+passes 256 VGPRs from D 128 on (259 to 267 for a bf16 cache with per-token
+scales on gfx942), and with 32 rows from D 64 on; the fp8 bit
+decoding (the format a target does not convert: e4m3fn on gfx942, e4m3fnuz
+elsewhere) and gfx1250's wave32 (twice the registers a lane for a tile) need
+smaller steps still. waves_per_eu=2 is not set: it made the compiler spill
+specializations that fit 256 VGPRs without it.
 """
 
 from dataclasses import dataclass
@@ -20,14 +32,27 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """max_head_dim: the largest head size the row serves; maxnreg: a register cap per thread
-    (more programs per CU, at the price of spills), None for the compiler's choice."""
+    """max_head_dim: the largest head size the row serves; maxnreg (NVIDIA): a register cap per
+    thread (more programs per SM, at the price of spills); waves_per_eu (AMD): the waves per SIMD
+    the compiler must leave room for, which caps its registers at what that many waves allow.
+    None leaves either to the compiler. spills: why the row spills on its arch, where it does
+    (a compile report counts those spills as known); empty: it must not. max_rows: the most
+    query rows (G * Q) a program of the row holds."""
 
     max_head_dim: int
     block_n: int
     num_warps: int
     num_stages: int
     maxnreg: int | None = None
+    waves_per_eu: int | None = None
+    spills: str = ""
+    max_rows: int = 64  # every G * Q the entry takes (kernels.paged_decode.api.MAX_ROWS)
+
+    @property
+    def options(self) -> dict:
+        """The Triton launch options besides warps and stages that the row sets."""
+        chosen = {"maxnreg": self.maxnreg, "waves_per_eu": self.waves_per_eu}
+        return {name: value for name, value in chosen.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -42,11 +67,21 @@ class ArchTuning:
     fp8_dot: str | None = None
 
 
+_SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
+                "a stack of up to a few hundred bytes in many specializations; kept until re-timed there")
 TABLES = {
-    "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2), LaunchConfig(256, 64, 4, 2)),
+    "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
+                             LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
-    "gfx950": ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2)),
+    "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(256, 32, 4, 2, max_rows=16),
+                               LaunchConfig(128, 32, 4, 2), LaunchConfig(256, 16, 4, 2)),
+                         split=False, programs_per_cu=2),
+    "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
+                               LaunchConfig(256, 16, 4, 2)),
                          split=True, programs_per_cu=2),
+    "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
+                                LaunchConfig(256, 16, 4, 2)),
+                          split=False, programs_per_cu=2),
     "cpu": ArchTuning(rows=(LaunchConfig(256, 256, 4, 1),), split=False, programs_per_cu=2, fp8_dot="fp16"),
 }
 DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2)),
@@ -58,9 +93,9 @@ def tuning(arch: str) -> ArchTuning:
     return TABLES.get(arch, DEFAULT)
 
 
-def config(arch: str, head_dim: int) -> LaunchConfig:
-    """The launch config for head size `head_dim` on `arch`."""
+def config(arch: str, head_dim: int, rows: int) -> LaunchConfig:
+    """The launch config for head size `head_dim` and `rows` query rows a program (G * Q) on `arch`."""
     for row in tuning(arch).rows:
-        if head_dim <= row.max_head_dim:
+        if head_dim <= row.max_head_dim and rows <= row.max_rows:
             return row
-    raise ValueError(f"head_dim: no launch config for {head_dim} on {arch}")
+    raise ValueError(f"head_dim: no launch config for {head_dim} (with {rows} rows a program) on {arch}")

@@ -1,0 +1,81 @@
+"""Launch configurations of the KDA forward, per arch: data, chosen by `kernels.arch`.
+
+For each head size K a row gives the warps, and the software-pipelining
+stages (None: Triton's default), of K1 (prepare), of the chunk walk (which
+pass A, the transition kernel, shares) and of pass B (the scan). For the arch:
+the input precision of pass B's fp32 product M S_in, which must stay about
+fp32 (NVIDIA: 'tf32x3'; AMD's backend has no tf32x3, and 'ieee' is exact fp32),
+and, for a kernel whose every config tried on that arch spills, why (a
+compile report counts those spills as known). `config(arch, K)` picks the
+row; an arch without a table gets DEFAULT.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Triton launch options of one kernel: warps, stages (None: Triton's default) and, on AMD,
+    the waves per SIMD the compiler must leave room for (None: its choice)."""
+
+    num_warps: int
+    num_stages: int | None = None
+    waves_per_eu: int | None = None
+
+    @property
+    def options(self) -> dict:
+        chosen = {"num_warps": self.num_warps, "num_stages": self.num_stages, "waves_per_eu": self.waves_per_eu}
+        return {name: value for name, value in chosen.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class KdaConfig:
+    """prepare: K1; walk: the chunk walk and pass A; scan: pass B (it holds M [K, K])."""
+
+    prepare: KernelConfig
+    walk: KernelConfig
+    scan: KernelConfig
+
+
+@dataclass(frozen=True)
+class ArchTuning:
+    """rows: {K: KdaConfig}; scan_precision: tl.dot input precision of pass B;
+    spills: {kernel name: why it spills on this arch}."""
+
+    rows: dict
+    scan_precision: str = "tf32x3"
+    spills: dict = field(default_factory=dict)
+
+
+_NVIDIA = {64: KdaConfig(KernelConfig(4), KernelConfig(4), KernelConfig(4)),
+           128: KdaConfig(KernelConfig(4), KernelConfig(4), KernelConfig(8))}
+
+# AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
+# prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
+# pass B with 8 warps); exact fp32 for pass B.
+_AMD = {64: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(4, 1)),
+        128: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(8, 1))}
+
+TABLES = {
+    "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee"),
+    "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee"),
+    "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee"),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={
+        "kda_prepare_kernel": "K1 holds [64, K] fp32 tiles of q, k and the gate and [64, 64] products at once: "
+                              "255 registers a thread and 8 to 1312 bytes of stack with 4 warps; the sm90 rows "
+                              "are the ones judged on the H200 and stay as they are until timed there"}),
+}
+DEFAULT = ArchTuning(rows=_NVIDIA)
+
+
+def tuning(arch: str) -> ArchTuning:
+    """The table of `arch` ('sm90', 'gfx942', 'cpu', ...), DEFAULT where it has none."""
+    return TABLES.get(arch, DEFAULT)
+
+
+def config(arch: str, dim_k: int) -> KdaConfig:
+    """The launch configs for head size `dim_k` on `arch`."""
+    rows = tuning(arch).rows
+    if dim_k not in rows:
+        raise ValueError(f"dim_k: no KDA launch config for K={dim_k} on {arch}")
+    return rows[dim_k]

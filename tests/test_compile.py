@@ -1,0 +1,238 @@
+"""quantfloor compile: meta inputs and planned launches, compiled binaries, spills, failures, bindiff."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cases import decode as decode_cases
+from cases import kda as kda_cases
+from cases.decode_matrix import decode_matrix
+from kernels import arch, launch
+from verify import adapters, binaries, cli, targets
+from verify.device import seed_of
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = "decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass"
+SUMMARY = "compiled {n} kernels for {t} targets: {f} failures, {s} with spills"
+
+
+def _tensors(value, prefix="") -> dict:
+    """{path: tensor} of the tensors in a dataclass's fields or a dict, nested one level."""
+    items = value.items() if isinstance(value, dict) else vars(value).items()
+    out = {}
+    for name, item in items:
+        if isinstance(item, torch.Tensor):
+            out[prefix + name] = item
+        elif isinstance(item, dict):
+            out.update(_tensors(item, prefix + name + "."))
+    return out
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return t.dtype, tuple(t.shape), t.stride(), t.storage_offset()
+
+
+def _decode_sample() -> list:
+    """CPU-tier decode cases covering every cache, scales, layout, distribution, Q and path."""
+    chosen, seen = [], set()
+    for case in decode_matrix("cpu"):
+        facets = {("cache", case.cache), ("scales", case.scales), ("layout", case.layout), ("dist", case.dist),
+                  ("q", case.q), ("path", case.path), ("d", case.d)}
+        if not facets <= seen and sum(case.lens) < 2000:
+            chosen.append(case)
+            seen |= facets
+    return chosen
+
+
+def _kda_sample() -> list:
+    """Small KDA cases with every state kind, varlen, fused bands and both dtypes."""
+    return [c for c in kda_cases.kda_cases("cpu") if sum(c.lens or (c.b * c.t,)) <= 200][:15] + [
+        kda_cases.KdaCase(h=1, dim=64, t=130, dtype="f16", gate="lower_bound", state="dense")]
+
+
+@pytest.mark.parametrize("case", _decode_sample() + _kda_sample(), ids=lambda c: c.id)
+def test_meta_inputs_have_the_built_layouts(case):
+    built = (kda_cases.build(case, "cpu", seed_of(case.id)) if isinstance(case, kda_cases.KdaCase)
+             else decode_cases.build(case, "cpu", seed_of(case.id)))
+    meta = binaries.meta_inputs(case)
+    real, planned = _tensors(built), _tensors(meta)
+    assert real.keys() == planned.keys()
+    for name, t in real.items():
+        assert _layout(planned[name]) == _layout(t), name
+        # cu_seqlens is read on the host only, so its meta stand-in keeps its values on the CPU
+        assert planned[name].device.type == ("cpu" if name == "kwargs.cu_seqlens" else "meta"), name
+    if "kwargs.cu_seqlens" in real:
+        assert torch.equal(planned["kwargs.cu_seqlens"], real["kwargs.cu_seqlens"])
+
+
+def _launch_facts(launches) -> list:
+    return [(l.fn, l.grid, l.constexprs, l.options, tuple(map(launch._spec, l.args))) for l in launches]
+
+
+@pytest.mark.parametrize("case", _decode_sample()[:6] + _kda_sample()[:6], ids=lambda c: c.id)
+def test_planned_launches_are_the_launches_a_real_call_makes(case):
+    """The meta plan for the interpreter's arch equals what the same calls decide on real inputs."""
+    real_inputs = (kda_cases.build(case, "cpu", seed_of(case.id)) if isinstance(case, kda_cases.KdaCase)
+                   else decode_cases.build(case, "cpu", seed_of(case.id)))
+    with launch.recorded() as real:
+        if isinstance(case, kda_cases.KdaCase):
+            adapters.kda_call(real_inputs, dict(real_inputs.kwargs), {})
+        else:
+            adapters.decode(real_inputs)
+    planned = adapters.planned_launches(binaries.meta_inputs(case), arch="cpu", cus=1)
+    assert real and _launch_facts(planned) == _launch_facts(real)
+
+
+def test_meta_tensors_need_a_planned_arch():
+    with pytest.raises(ValueError, match="device: a meta tensor"):
+        arch.arch_name(torch.device("meta"))
+    with arch.planned("gfx950", 256):
+        assert arch.arch_name(torch.device("meta")) == "gfx950" and arch.cu_count(torch.device("meta")) == 256
+        assert arch.fp8_mode(torch.float8_e4m3fn, torch.device("meta")) == arch.FP8_NATIVE
+        assert arch.fp8_mode(torch.float8_e4m3fnuz, torch.device("meta")) == arch.FP8_BITS_E4M3FNUZ
+    with arch.planned("gfx942", 304):
+        assert arch.fp8_mode(torch.float8_e4m3fnuz, torch.device("meta")) == arch.FP8_NATIVE
+    with pytest.raises(ValueError, match="cus"):
+        with arch.planned("gfx942", 0):
+            pass
+
+
+def test_occupancy_formulas():
+    gfx942, gfx1250 = targets.TARGETS["gfx942"], targets.TARGETS["gfx1250"]
+    assert targets.amd_waves(gfx942, vgprs=259, lds=0, warps=4, compiler=8) == 1  # 264 of 512
+    assert targets.amd_waves(gfx942, vgprs=256, lds=16384, warps=4, compiler=8) == 2
+    assert targets.amd_waves(gfx942, vgprs=128, lds=32768, warps=4, compiler=8) == 2  # LDS: 2 groups a CU
+    assert targets.amd_waves(gfx1250, vgprs=330, lds=0, warps=4, compiler=16) == 3  # 336 of 1024
+    assert targets.nvidia_warps(regs=216, shared=24576, warps=4) == 8  # 6912 regs a warp: 9 warps
+    assert targets.nvidia_warps(regs=128, shared=100 * 1024, warps=4) == 8  # shared: 2 blocks
+    assert targets.nvidia_warps(regs=32, shared=228 * 1024, warps=4) == 0
+    with pytest.raises(ValueError, match="--target"):
+        targets.parse("gfx942,sm80")
+
+
+def test_reserved_scratch_that_no_instruction_touches_is_no_spill():
+    text = ("\ts_load_b64 s[0:1], s[0:1], 0x0\n    .private_segment_fixed_size: 36\n    .vgpr_count:     418\n"
+            "    .vgpr_spill_count: 0\n; Occupancy: 2\n")
+    facts = binaries.amd_facts(text)
+    assert facts["private_segment_fixed_size"] == 36 and facts["scratch_ops"] == 0 and facts["occupancy"] == 2
+    assert binaries.amd_facts(text + "\tscratch_store_b32 off, v1, s33 offset:4\n")["scratch_ops"] == 1
+    reserved = binaries.Binary("gfx1250", "k", "key", {}, {}, [], 1, "case", scratch=36, scratch_used=False)
+    assert not reserved.spilled
+    assert binaries.Binary("gfx942", "k", "key", {}, {}, [], 1, "case", scratch=20, scratch_used=True).new_spill
+
+
+def _compile(argv, tmp_path, *, plant: str = "") -> tuple[int, str, dict | None]:
+    """`quantfloor compile ARGV --json` in a process where kernels are compiled (not interpreted),
+    after the Python statements `plant`; (exit code, stdout, the JSON report)."""
+    report = tmp_path / "binaries.json"
+    code = (f"import sys\nfrom verify import cli\n{plant}\n"
+            f"sys.exit(cli.main({[*argv, '--json', str(report)]!r}))\n")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return done.returncode, done.stdout, data
+
+
+def test_compile_reports_registers_hashes_and_a_summary(tmp_path):
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", CASE, "--target", "gfx942,sm90"], tmp_path)
+    assert out.strip().splitlines()[-1] == SUMMARY.format(n=2, t=2, f=0, s=0), out
+    assert rc == 0
+    rows = {row["target"]: row for row in data["binaries"]}
+    assert rows.keys() == {"gfx942", "sm90"} and data["meta"]["targets"] == ["gfx942", "sm90"]
+    for row in rows.values():
+        assert row["kernel"] == "decode_partition_kernel" and row["example"] == CASE and row["cases"] == 1
+        assert len(row["sha256"]) == 64 and len(row["inputs"]) == 64 and not row["error"]
+        assert row["registers"] > 0 and row["spills"] == 0 and row["scratch"] == 0 and row["occupancy"] > 0
+        assert row["constexprs"]["D"] == 64 and row["options"]["num_warps"] == 4
+    assert rows["gfx942"]["sgprs"] > 0 and rows["gfx942"]["constexprs"]["FP8_MODE"] == arch.FP8_BITS_E4M3FN
+    assert rows["sm90"]["constexprs"]["FP8_MODE"] == arch.FP8_NATIVE
+    assert rows["gfx942"]["sha256"] != rows["sm90"]["sha256"]
+
+
+_TABLE = ("from kernels.paged_decode import tuning\n"
+          "tuning.TABLES['gfx942'] = tuning.ArchTuning(rows=({row},), split=False, programs_per_cu=2)")
+
+
+def test_a_planted_spill_fails_the_command(tmp_path):
+    """A config that leaves the compiler 64 VGPRs (8 waves per SIMD) spills, and the command says so."""
+    plant = _TABLE.format(row="tuning.LaunchConfig(256, 64, 4, 2, waves_per_eu=8)")
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", CASE, "--target", "gfx942"], tmp_path, plant=plant)
+    assert out.strip().splitlines()[-1] == SUMMARY.format(n=1, t=1, f=0, s=1), out
+    assert rc == 1
+    row = data["binaries"][0]
+    assert row["options"]["waves_per_eu"] == 8 and row["spills"] > 0 and row["scratch"] > 0 and row["scratch_used"]
+
+
+def test_a_failing_compile_is_reported_with_the_compiler_message(tmp_path):
+    plant = _TABLE.format(row="tuning.LaunchConfig(256, 48, 4, 2)")  # 48 keys a step: not a power of two
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", CASE, "--target", "gfx942"], tmp_path, plant=plant)
+    assert out.strip().splitlines()[-1] == SUMMARY.format(n=1, t=1, f=1, s=0), out
+    assert rc == 1
+    row = data["binaries"][0]
+    assert "power of 2" in row["error"] and row["sha256"] == ""
+    assert f"FAILED gfx942 decode_partition_kernel ({CASE}): " in out and "power of 2" in out
+
+
+def test_bindiff_tells_identical_changed_and_new_binaries(tmp_path, capsys):
+    def row(target, key, sha):
+        return binaries.to_json(binaries.Binary(target, "k", key, {"D": 64}, {}, [], 1, "case", "in" + key, sha))
+
+    before = [row("sm90", "a", "1"), row("sm90", "b", "2"), row("gfx942", "a", "3"), row("gfx942", "d", "5")]
+    after = [row("sm90", "a", "1"), row("sm90", "b", "9"), row("gfx942", "c", "3"), row("gfx942", "e", "6")]
+    before[2]["example"] = after[2]["example"] = "first"  # same case, new key (a constexpr added): paired
+    before[3]["example"], after[3]["example"] = "x", "y"
+    for name, rows in (("before", before), ("after", after)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"meta": {}, "binaries": rows}))
+    assert cli.main(["bindiff", str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["sm90", "1", "1", "1", "0", "0", "0"]  # b: same compiler inputs, another binary
+    assert out[2].split() == ["gfx942", "1", "0", "0", "1", "1", "1"]
+    assert out[3].startswith("changed sm90 k (case) [same compiler inputs") and len(out) == 4
+
+
+_GLUON = '''
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+@gluon.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([4], [64], [4], [0])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    gl.store(y_ptr + offs, gl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+'''
+
+
+def test_a_gluon_kernel_compiles_for_its_arch(tmp_path):
+    """A Gluon kernel an entry launches goes through the same compile path, with Gluon's source class."""
+    (tmp_path / "glk.py").write_text(_GLUON)
+    code = ("import json, sys, torch\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "from glk import copy_kernel\n"
+            "from kernels.launch import Launch\n"
+            "from verify import binaries, targets\n"
+            "x = torch.empty(4096, device='meta')\n"
+            "launch = Launch(copy_kernel, (4,), (x, torch.empty_like(x), 4096), {'BLOCK': 1024}, {'num_warps': 4})\n"
+            "print(json.dumps([copy_kernel.is_gluon(), binaries.compile_launch(launch, targets.TARGETS['gfx950'])]))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
+                          capture_output=True, text=True, timeout=600)
+    gluon, facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert gluon and not facts.get("error") and facts["registers"] > 0 and len(facts["sha256"]) == 64
+
+
+@pytest.mark.parametrize("target, cache", [("gfx942", "e4m3fn"), ("gfx950", "e4m3fnuz")])
+def test_amd_decode_tables_keep_two_waves_without_spills(tmp_path, target, cache):
+    """The heaviest decode of the gpu tier on each: 32 rows a program, fp8 decoded from its bits, per-token
+    scales, D 128. With 64 keys a step it took 377 to 398 VGPRs there (one wave per SIMD)."""
+    case = f"decode-{cache}-token-b16-hq8-hkv1-d128-w4096-L8193_2732-q4-shuffled-cu256-split"
+    rc, out, data = _compile(["compile", "--tier", "gpu", "-k", case, "--target", target], tmp_path)
+    assert rc == 0, out
+    part = next(r for r in data["binaries"] if r["kernel"] == "decode_partition_kernel")
+    assert part["constexprs"]["M_PAD"] == 32 and part["constexprs"]["FP8_MODE"] != arch.FP8_NATIVE
+    assert part["occupancy"] >= 2 and part["spills"] == 0 and part["scratch"] == 0 and part["registers"] <= 256
