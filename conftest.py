@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption("--tier", default=None, choices=_device.TIERS,
-                     help="cpu (interpreter, small), gpu (full matrix), long (plus long contexts)")
+                     help="cpu (interpreter, all-pairs cut), gpu (3-wise cut), long (whole matrix, long contexts)")
     parser.addoption("--shard", default=None, help="i/n: run the i-th of n slices of the tests")
     parser.addoption("--impl", action="append", default=None, metavar="SPEC",
                      help="judge the suites' cases on this implementation (verify/impls.py), as quantfloor run")

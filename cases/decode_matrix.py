@@ -8,11 +8,13 @@ the window (`w-1`, `bs+1`, ...) and resolved per row; each case holds a
 second, shorter sequence so that per-sequence indexing is always exercised.
 
 The CPU tier runs an all-pairs covering array of all the factors, so every
-distribution meets every value of every other factor. The GPU tiers run the
-whole product of the other factors with `gauss` values, and for each other
-distribution the all-pairs cut of the other factors with that distribution
-fixed: every (distribution, factor value, factor value) triple, at about 36
-rows a distribution instead of 15,000.
+distribution meets every value of every other factor. The GPU tier runs a
+3-wise covering array of all the factors (every value triple of any three
+factors in some row, about 270 rows): a kernel bug that needs three factors
+at once to show is caught there. The long tier runs the whole product of the
+other factors with `gauss` values, and for each other distribution the
+all-pairs cut of the other factors with that distribution fixed, at long
+contexts.
 
 One pair is undefined and left out (`defined`): subnormal values in a bf16
 cache. bf16 has no codes that are subnormal under a scale, and its own
@@ -38,7 +40,7 @@ FACTORS = {
     "q": (1, 2, 4),
     "dist": DISTS,
 }
-# The factors the GPU tiers take whole, every row with gauss values.
+# The factors the long tier takes whole, every row with gauss values.
 SHAPE_FACTORS = {name: values for name, values in FACTORS.items() if name != "dist"}
 
 # Forced-split cases plan for this many CUs (a 256-CU part), so long contexts
@@ -79,8 +81,8 @@ def _case(row: dict, tier: str, path: str) -> DecodeCase:
 
 def matrix_rows(tier: str) -> list[dict]:
     """The rows of a tier (module docstring), each with every factor of FACTORS."""
-    if tier == "cpu":
-        return [dict(row) for row in _cpu_rows()]
+    if tier in ("cpu", "gpu"):
+        return [dict(row) for row in _covering(2 if tier == "cpu" else 3)]
     rows = [dict(row, dist="gauss") for row in matrix.product(SHAPE_FACTORS)]
     for dist in DISTS[1:]:
         caches = tuple(c for c in FACTORS["cache"] if defined({"cache": c, "dist": dist}))
@@ -89,9 +91,9 @@ def matrix_rows(tier: str) -> list[dict]:
 
 
 @functools.cache
-def _cpu_rows() -> tuple:
-    """The CPU tier's all-pairs rows, made once per process (the constraint walks the product)."""
-    return tuple(matrix.all_pairs(FACTORS, constraint=defined))
+def _covering(strength: int) -> tuple:
+    """The covering array of all the factors, made once per process (the constraint walks the product)."""
+    return tuple(matrix.covering(FACTORS, strength=strength, constraint=defined))
 
 
 def decode_matrix(tier: str) -> list[DecodeCase]:

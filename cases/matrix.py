@@ -1,27 +1,28 @@
-"""Declared case matrices: the full cartesian product and a pairwise covering array.
+"""Declared case matrices: the full cartesian product and t-wise covering arrays.
 
 A matrix is declared as ``factors``: a dict from factor name to the tuple of
 that factor's values, both in the order they should vary. A row is a dict
 holding one value of every factor, keys in declared order.
 
-``product`` lists every row; the GPU tiers run it whole. ``all_pairs`` lists
-a pairwise (strength-2) covering array, which the CPU tier runs: for any two
-factors f != g, any value a of f and any value b of g, some row has
-``row[f] == a and row[g] == b``, unless no row that ``constraint`` accepts can
-hold both. Every row it returns is accepted by ``constraint``.
+``product`` lists every row; the `long` tier runs it whole. ``covering``
+lists a covering array of strength t: for any t distinct factors and any value
+of each, some row holds those t values together, unless no row that
+``constraint`` accepts can hold them. ``all_pairs`` is strength 2 (the CPU
+tier); the GPU tier takes strength 3. Every row returned is accepted by
+``constraint``.
 
-Construction (AETG-style greedy, no randomness): while a required pair is
-uncovered, seed a row with the uncovered pair whose two values take part in
-the most uncovered pairs, then fix the remaining factors one at a time,
-largest first, each to the value that covers the most uncovered pairs with the
+Construction (AETG-style greedy, no randomness): while a required t-tuple is
+uncovered, seed a row with the uncovered t-tuple whose values take part in the
+most uncovered t-tuples, then fix the remaining factors one at a time, largest
+first, each to the value that completes the most uncovered t-tuples with the
 values already fixed. With a constraint the row is completed by a depth-first
 search in that same order of preference, and the first complete row the
 constraint accepts is taken. Every tie breaks by declared order, so the rows
 depend on the declaration alone, never on hashing or the Python version.
 
-The constraint sees complete rows only, so deciding which pairs can appear at
-all walks the full product once (stopping as soon as every pair is found);
-that is cheap for the matrices declared here (tens of thousands of rows).
+The constraint sees complete rows only, so deciding which t-tuples can appear
+at all walks the full product once (stopping as soon as every t-tuple is
+found); that is cheap for the matrices declared here (under a million rows).
 """
 
 from collections import Counter
@@ -32,8 +33,9 @@ from itertools import product as _cartesian
 Constraint = Callable[[dict], bool]
 
 # An interaction is what a row must cover: ((i, a), (j, b)) with i < j says
-# factor i holds its value number a and factor j its value number b. With a
-# single factor it is ((i, a),), and with no factors the empty tuple.
+# factor i holds its value number a and factor j its value number b (strength
+# 2; strength t has t such items, factors ascending). With fewer factors than
+# the strength it holds every factor, and with no factors it is the empty tuple.
 Interaction = tuple[tuple[int, int], ...]
 
 
@@ -43,39 +45,57 @@ def product(factors: dict[str, tuple]) -> list[dict]:
     return [_row(names, values, idx) for idx in _cartesian(*(range(len(v)) for v in values))]
 
 
-def all_pairs(factors: dict[str, tuple], *, constraint: Constraint | None = None) -> list[dict]:
-    """A small pairwise covering array of the matrix, deterministic (see the module docstring).
+def covering(factors: dict[str, tuple], *, strength: int = 2, constraint: Constraint | None = None) -> list[dict]:
+    """A small covering array of the given strength, deterministic (see the module docstring).
 
-    A factor of one value is in every row. One factor alone gives one row per
-    value; no factors at all give the single empty row (or none, if the
-    constraint rejects it).
+    With no more factors than the strength it is the product (less what the
+    constraint rejects); no factors at all give the single empty row (or none,
+    if the constraint rejects it).
     """
+    _check_strength(strength)
     names, values = _declared(factors)
     accept = _acceptor(names, values, constraint)
     sizes = [len(v) for v in values]
-    uncovered = _required(sizes, accept)
+    uncovered = _required(sizes, accept, strength)
     rows = []
     while uncovered:
-        idx = _next_row(sizes, uncovered, accept)
-        uncovered.difference_update(_interactions(idx))
+        idx = _next_row(sizes, uncovered, accept, strength)
+        uncovered.difference_update(_interactions(idx, strength))
         rows.append(_row(names, values, idx))
     return rows
 
 
-def covers_all_pairs(rows: list[dict], factors: dict[str, tuple], constraint: Constraint | None = None) -> bool:
-    """True when ``rows`` cover every pair that some row accepted by ``constraint`` can hold.
+def all_pairs(factors: dict[str, tuple], *, constraint: Constraint | None = None) -> list[dict]:
+    """The strength-2 covering array: every pair of values of two factors in some row."""
+    return covering(factors, strength=2, constraint=constraint)
+
+
+def covers(rows: list[dict], factors: dict[str, tuple], *, strength: int = 2,
+           constraint: Constraint | None = None) -> bool:
+    """True when ``rows`` cover every t-tuple that some row accepted by ``constraint`` can hold.
 
     A row the constraint rejects covers nothing. A row whose keys are not the
     declared factors, or that holds an undeclared value, is a ValueError.
     """
+    _check_strength(strength)
     names, values = _declared(factors)
     accept = _acceptor(names, values, constraint)
-    required = _required([len(v) for v in values], accept)
+    required = _required([len(v) for v in values], accept, strength)
     for k, row in enumerate(rows):
         idx = _indices(row, names, values, f"rows[{k}]")
         if accept is None or accept(idx):
-            required.difference_update(_interactions(idx))
+            required.difference_update(_interactions(idx, strength))
     return not required
+
+
+def covers_all_pairs(rows: list[dict], factors: dict[str, tuple], constraint: Constraint | None = None) -> bool:
+    """``covers`` at strength 2."""
+    return covers(rows, factors, strength=2, constraint=constraint)
+
+
+def _check_strength(strength) -> None:
+    if isinstance(strength, bool) or not isinstance(strength, int) or strength < 1:
+        raise ValueError(f"strength: expected an int >= 1, got {strength!r}")
 
 
 def _declared(factors: dict[str, tuple]) -> tuple[list[str], list[tuple]]:
@@ -122,14 +142,14 @@ def _indices(row: dict, names: list[str], values: list[tuple], where: str) -> tu
     return tuple(idx)
 
 
-def _interactions(idx: tuple[int, ...]) -> Iterator[Interaction]:
-    """What one row covers: its value pairs (its single values with one factor)."""
-    return combinations(tuple(enumerate(idx)), min(2, len(idx)))
+def _interactions(idx: tuple[int, ...], strength: int) -> Iterator[Interaction]:
+    """What one row covers: its t-tuples of values (all its values with fewer factors)."""
+    return combinations(tuple(enumerate(idx)), min(strength, len(idx)))
 
 
-def _required(sizes: list[int], accept) -> set[Interaction]:
+def _required(sizes: list[int], accept, strength: int) -> set[Interaction]:
     """Every interaction some accepted row holds."""
-    strength = min(2, len(sizes))
+    strength = min(strength, len(sizes))
     every = {
         tuple(zip(fs, vs))
         for fs in combinations(range(len(sizes)), strength)
@@ -142,20 +162,22 @@ def _required(sizes: list[int], accept) -> set[Interaction]:
         if not missing:
             break
         if accept(idx):
-            missing.difference_update(_interactions(idx))
+            missing.difference_update(_interactions(idx, strength))
     return every - missing
 
 
-def _next_row(sizes: list[int], uncovered: set[Interaction], accept) -> tuple[int, ...]:
-    """The greedy next row: seeded by the busiest uncovered pair, filled largest factor first."""
+def _next_row(sizes: list[int], uncovered: set[Interaction], accept, strength: int) -> tuple[int, ...]:
+    """The greedy next row: seeded by the busiest uncovered t-tuple, filled largest factor first."""
+    strength = min(strength, len(sizes))
     busy = Counter(item for interaction in uncovered for item in interaction)
     seed = max(sorted(uncovered), key=lambda interaction: sum(busy[item] for item in interaction))
     fixed = dict(seed)
     order = sorted((f for f in range(len(sizes)) if f not in fixed), key=lambda f: (-sizes[f], f))
 
     def gain(f: int, v: int) -> int:
-        pairs = (((g, fixed[g]), (f, v)) if g < f else ((f, v), (g, fixed[g])) for g in fixed)
-        return sum(pair in uncovered for pair in pairs)
+        """Uncovered t-tuples that (f, v) completes with t - 1 of the values already fixed."""
+        return sum(tuple(sorted([(f, v), *((g, fixed[g]) for g in others)])) in uncovered
+                   for others in combinations(sorted(fixed), strength - 1))
 
     def complete(depth: int) -> tuple[int, ...] | None:
         if depth == len(order):

@@ -1,6 +1,5 @@
-"""Declared matrices: the full product and the pairwise covering array, and the decode matrix's tiers."""
+"""Declared matrices: the full product and the covering arrays, and the decode matrix's tiers."""
 
-import hashlib
 import math
 import os
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cases.decode_matrix import DISTS, FACTORS, SHAPE_FACTORS, decode_matrix, defined, matrix_rows, resolve_length
-from cases.matrix import all_pairs, covers_all_pairs, product
+from cases.matrix import all_pairs, covering, covers, covers_all_pairs, product
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +50,11 @@ def window_needs_long_context(row):
 def pairs_of(rows, factors):
     """Every (factor, value, factor, value) pair the rows hold."""
     return {(f, row[f], g, row[g]) for row in rows for f, g in combinations(factors, 2)}
+
+
+def triples_of(rows, factors):
+    """Every (factor, value) triple of three distinct factors the rows hold."""
+    return {tuple((f, row[f]) for f in fs) for row in rows for fs in combinations(factors, 3)}
 
 
 def test_product_is_the_cartesian_product_in_declared_order():
@@ -204,10 +208,6 @@ def test_bad_constraint_and_rows_are_named():
 
 # The decode matrix with its value distributions (cases.decode_matrix).
 
-# sha256 of the gpu tier's ids, in order, as listed before value distributions
-# existed (66,096 cases): its gauss cases must be exactly these.
-GPU_TIER_BEFORE_DISTS = "7f669b798d1812286dc5e6092adf8f38abd6fb9d6a9c9d7efc5caf1630099de3"
-
 
 def _factor_value(case, name):
     """The value of matrix factor `name` a decode case holds (its length as a token count)."""
@@ -235,17 +235,53 @@ def test_cpu_tier_pairs_every_distribution_with_every_factor_value():
     assert not any(case.dist == "subnormal" and case.cache == "bf16" for case in cases)
 
 
-def test_gpu_tier_is_the_old_product_plus_every_distribution():
-    cases = decode_matrix("gpu")
-    gauss = [case.id for case in cases if case.dist == "gauss"]
-    assert len(gauss) == 66096
-    assert hashlib.sha256("\n".join(gauss).encode()).hexdigest() == GPU_TIER_BEFORE_DISTS
-    assert [case.id for case in cases[:len(gauss)]] == gauss, "the old product comes first, in its order"
+def test_covering_of_strength_three_holds_every_triple_of_the_nine_factor_matrix():
+    rows = covering(NINE, strength=3)
+    # Independently of `covers`: every triple of the full product is in the rows.
+    assert triples_of(rows, NINE) == triples_of(product(NINE), NINE)
+    assert covers(rows, NINE, strength=3)
+    assert not covers(all_pairs(NINE), NINE, strength=3)
+    assert 9 * 4 * 3 <= len(rows) < len(product(NINE)) // 20
+
+
+def test_covering_of_strength_three_honours_a_constraint():
+    rows = covering(NINE, strength=3, constraint=window_needs_long_context)
+    assert all(window_needs_long_context(row) for row in rows)
+    allowed = [row for row in product(NINE) if window_needs_long_context(row)]
+    assert triples_of(rows, NINE) == triples_of(allowed, NINE)
+
+
+def test_covering_strength_is_checked():
+    for bad in (0, -1, 2.0, True, "3"):
+        with pytest.raises(ValueError, match=r"strength: expected an int >= 1"):
+            covering(SMALL, strength=bad)
+    assert covering(SMALL, strength=1) == [
+        {"fmt": "fn", "scale": "tensor", "group": 1, "layout": "shuffled"},
+        {"fmt": "fnuz", "scale": "token", "group": 4, "layout": "shuffled"},
+        {"fmt": "bf16", "scale": "tensor", "group": 1, "layout": "shuffled"},
+    ]
+    full = covering(SMALL, strength=4)
+    assert len(full) == 12 and all(row in full for row in product(SMALL))
+
+
+def test_gpu_tier_holds_every_value_triple_of_the_matrix():
     rows = matrix_rows("gpu")
+    assert covers(rows, FACTORS, strength=3, constraint=defined)
+    assert all(defined(row) for row in rows)
+    assert len(rows) < 300
+    # every value of every factor is in both the CPU and the GPU tier
+    for tier in ("cpu", "gpu"):
+        for name, values in FACTORS.items():
+            assert {row[name] for row in matrix_rows(tier)} == set(values), (tier, name)
+
+
+def test_long_tier_is_the_product_plus_every_distribution():
+    rows = matrix_rows("long")
+    gauss = [{k: v for k, v in row.items() if k != "dist"} for row in rows if row["dist"] == "gauss"]
+    assert gauss == product(SHAPE_FACTORS), "the product comes first, in its order"
     for dist in DISTS[1:]:
         cut = [{k: v for k, v in row.items() if k != "dist"} for row in rows if row["dist"] == dist]
         allowed = lambda row, dist=dist: defined(dict(row, dist=dist))  # noqa: E731
         # every pair of the other factors, so every (dist, value, value) triple the pair allows
         assert covers_all_pairs(cut, SHAPE_FACTORS, allowed), dist
         assert 9 * 4 <= len(cut) < 60
-        assert sum(case.dist == dist for case in cases) >= 3 * len(cut) - 12
