@@ -1,0 +1,224 @@
+"""The KDA forward on a GPU against fla-core's chunk_kda, on identical inputs.
+
+    python -m bench.kda [--json PATH] [--rounds N] [-k WORDS]
+
+One process measures the device-to-device copy bandwidth first, then for each
+shape of SHAPES (bf16, K = V = 128, gate `lower_bound` -5 with A_log and
+dt_bias, beta through a sigmoid, q and k L2-normalised in the kernel, final
+state out; the varlen rows pack sequences of mixed lengths on T) it gives:
+
+- both forwards CUDA-graph replayed in ABBA rounds (medians), with the ratio
+  ours / FLA and its spread, and ours against itself (the noise line: it must
+  read 1.00 within its spread);
+- the bytes a forward must move at least (q, k, v, g, beta and o in bf16, the
+  final state in fp32), as TB/s and as a percentage of the copy;
+- the plain-call time of each (calls back to back, synchronised once) and its
+  host time (enqueue time per call, no sync inside);
+- how far the two agree: RMS of the difference over the RMS of FLA's output,
+  and the same for the final states.
+
+Our varlen calls pass `cu_seqlens_cpu`, so they copy nothing from the host and
+are captured like the others. A forward that cannot be captured is timed by
+plain calls instead, and the row says so. fla-core is the optional `fla`
+extra (`pip install -e .[fla]`); without it the bench stops and says so.
+"""
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from bench.timing import copy_tbps, paired
+from kernels import arch
+from kernels.kda import flash_kda_fwd
+
+HOST_CALLS = 50
+PLAIN_CALLS = 20
+LOWER_BOUND = -5.0
+DIM = 128
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    tokens: int  # T, per batch row (packed total with varlen)
+    heads: int
+    seqs: int = 0  # > 0: varlen, this many sequences of mixed lengths packed on T (batch 1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.batch}x{self.tokens}x{self.heads}" + (f" varlen{self.seqs}" if self.seqs else "")
+
+    @property
+    def sequences(self) -> int:
+        return self.seqs or self.batch
+
+    @property
+    def bytes(self) -> int:
+        tokens = self.batch * self.tokens * self.heads
+        return tokens * (5 * DIM + 1) * 2 + self.sequences * self.heads * DIM * DIM * 4
+
+
+SHAPES = [Shape(1, 1024, 12), Shape(1, 4096, 12), Shape(1, 16384, 12), Shape(8, 4096, 24),
+          Shape(1, 8192, 96), Shape(1, 16384, 96), Shape(1, 16384, 32, seqs=8), Shape(1, 16384, 32, seqs=64)]
+
+
+def _fla_chunk_kda():
+    try:
+        from fla.ops.kda import chunk_kda
+    except Exception as exc:  # not installed, or it failed to import
+        raise SystemExit(f"bench.kda: needs fla-core (pip install -e '.[fla]'), got {type(exc).__name__}: {exc}")
+    return chunk_kda
+
+
+def _offsets(total: int, count: int, seed: int) -> list:
+    """count lengths >= 1 summing to total, mixed (cut points drawn at random), as offsets [count + 1]."""
+    gen = torch.Generator().manual_seed(seed)
+    cuts = sorted(torch.randperm(total - 1, generator=gen)[:count - 1].add(1).tolist())
+    return [0, *cuts, total]
+
+
+def inputs(shape: Shape, device) -> dict:
+    """The forward's inputs, the same tensors for both implementations."""
+    gen = torch.Generator(device=device).manual_seed(1234)
+
+    def rand(*size, dtype=torch.bfloat16):
+        return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    b, t, h = shape.batch, shape.tokens, shape.heads
+    x = dict(q=rand(b, t, h, DIM), k=rand(b, t, h, DIM), v=rand(b, t, h, DIM), g=rand(b, t, h, DIM),
+             beta=rand(b, t, h), A_log=torch.rand(h, generator=gen, device=device).mul(15).add(1).log(),
+             dt_bias=rand(h * DIM, dtype=torch.float32), cu=None, cu_t=None)
+    if shape.seqs:
+        x["cu"] = _offsets(t, shape.seqs, 99)
+        x["cu_t"] = torch.tensor(x["cu"], dtype=torch.int64, device=device)  # int64, as FLA wants
+    return x
+
+
+def ours(x: dict):
+    workspace = {}
+
+    def run():
+        return flash_kda_fwd(
+            x["q"], x["k"], x["v"], x["g"], x["beta"], output_final_state=True, gate="lower_bound",
+            A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=LOWER_BOUND, beta_sigmoid=True, qk_l2norm=True,
+            cu_seqlens=x["cu_t"], cu_seqlens_cpu=x["cu"], workspace=workspace)
+    return run
+
+
+def fla(x: dict, chunk_kda):
+    def run():
+        return chunk_kda(
+            x["q"], x["k"], x["v"], x["g"], x["beta"], output_final_state=True, use_gate_in_kernel=True,
+            A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=LOWER_BOUND, safe_gate=True,
+            use_beta_sigmoid_in_kernel=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_t"])
+    return run
+
+
+def _rms_ratio(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+
+
+def _plain_us(fn, calls: int) -> float:
+    """Per-call time of `calls` plain calls back to back, synchronised once at the end."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _host_us(fn) -> float:
+    """Enqueue time of a plain call: HOST_CALLS calls with no sync inside, over their count."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / HOST_CALLS * 1e6
+
+
+def _timed(fn_a, fn_b, rounds: int) -> dict:
+    """Graph-replayed ABBA timing of a against b; plain calls when either cannot be captured."""
+    try:
+        p = paired(fn_a, fn_b, calls=3, rounds=rounds)
+        return dict(a_us=p.a_us, b_us=p.b_us, ratio=p.ratio, spread=list(p.spread), how="graph")
+    except RuntimeError as exc:
+        torch.cuda.synchronize()
+        a, b = _plain_us(fn_a, PLAIN_CALLS), _plain_us(fn_b, PLAIN_CALLS)
+        return dict(a_us=a, b_us=b, ratio=b / a, spread=[b / a, b / a],
+                    how=f"plain calls (capture failed: {str(exc).splitlines()[0][:120]})")
+
+
+def measure(shape: Shape, device, copy: float, rounds: int, chunk_kda) -> dict:
+    x = inputs(shape, device)
+    mine, theirs = ours(x), fla(x, chunk_kda)
+    o_a, s_a = mine()
+    o_b, s_b = theirs()
+    row = dict(shape=shape.name, batch=shape.batch, tokens=shape.tokens, heads=shape.heads, seqs=shape.seqs,
+               bytes=shape.bytes, rms_o=_rms_ratio(o_a, o_b), rms_state=_rms_ratio(s_a, s_b))
+    vs = _timed(theirs, mine, rounds)
+    noise = _timed(mine, ours(x), rounds)
+    row.update(fla_us=vs["a_us"], ours_us=vs["b_us"], ours_over_fla=vs["ratio"], spread=vs["spread"],
+               timing=vs["how"], noise=noise["ratio"], noise_spread=noise["spread"])
+    for who, us in (("ours", row["ours_us"]), ("fla", row["fla_us"])):
+        tbps = shape.bytes / (us * 1e-6) / 1e12
+        row[f"{who}_pct_copy"] = 100 * tbps / copy
+    row.update(ours_plain_us=_plain_us(mine, PLAIN_CALLS), fla_plain_us=_plain_us(theirs, PLAIN_CALLS),
+               ours_host_us=_host_us(mine), fla_host_us=_host_us(theirs))
+    return row
+
+
+def _print_row(row: dict) -> None:
+    print(f"{row['shape']:<22} {row['ours_us']:>9.1f} {row['fla_us']:>9.1f} {row['ours_over_fla']:>6.2f} "
+          f"({row['spread'][0]:.2f}-{row['spread'][1]:.2f}) {row['ours_pct_copy']:>5.1f}% {row['fla_pct_copy']:>5.1f}% "
+          f"{row['ours_plain_us']:>9.1f} {row['fla_plain_us']:>9.1f} {row['ours_host_us']:>7.1f} "
+          f"{row['fla_host_us']:>7.1f} {row['rms_o']:>8.1e} {row['rms_state']:>8.1e} "
+          f"{row['noise']:.3f} ({row['noise_spread'][0]:.3f}-{row['noise_spread'][1]:.3f})"
+          + ("" if row["timing"] == "graph" else f"  [{row['timing']}]"), flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", default=None)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench.kda: needs a GPU", file=sys.stderr)
+        return 2
+    chunk_kda = _fla_chunk_kda()
+    import fla
+    device = torch.device("cuda")
+    copy = copy_tbps()
+    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
+            f"triton {triton.__version__}, fla-core {getattr(fla, '__version__', '?')}\n"
+            f"command: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; bf16, K = V = {DIM}, gate lower_bound "
+            f"{LOWER_BOUND}, beta sigmoid, q/k L2 norm in kernel, final state out")
+    print(head)
+    words = (args.k or "").split()
+    print(f"{'B x T x H':<22} {'ours us':>9} {'fla us':>9} {'o/fla':>6} {'(spread)':>11} {'%copy':>6} {'fla %':>6} "
+          f"{'plain us':>9} {'fla plain':>9} {'host us':>7} {'fla host':>7} {'rms o':>8} {'rms S':>8} noise")
+    rows = []
+    for shape in SHAPES:
+        if all(w in shape.name for w in words):
+            rows.append(measure(shape, device, copy, args.rounds, chunk_kda))
+            _print_row(rows[-1])
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

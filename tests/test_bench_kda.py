@@ -1,0 +1,35 @@
+"""bench.kda on a machine without a GPU: its varlen offsets, its inputs, and its refusal."""
+
+import pytest
+import torch
+
+from bench import kda
+
+
+def test_varlen_offsets_are_mixed_lengths_that_pack_the_tokens():
+    for count in (8, 64):
+        cu = kda._offsets(16384, count, 99)
+        lengths = [b - a for a, b in zip(cu, cu[1:])]
+        assert cu[0] == 0 and cu[-1] == 16384 and len(lengths) == count
+        assert min(lengths) >= 1 and max(lengths) > 2 * min(lengths)
+        assert kda._offsets(16384, count, 99) == cu
+
+
+def test_inputs_are_shared_and_the_varlen_rows_carry_both_offsets():
+    x = kda.inputs(kda.Shape(1, 96, 2, seqs=3), torch.device("cpu"))
+    assert x["q"].shape == (1, 96, 2, kda.DIM) and x["beta"].shape == (1, 96, 2)
+    assert x["cu_t"].dtype == torch.int64 and x["cu_t"].tolist() == x["cu"]
+    assert x["A_log"].shape == (2,) and x["dt_bias"].shape == (2 * kda.DIM,)
+    assert kda.inputs(kda.Shape(2, 64, 2), torch.device("cpu"))["cu_t"] is None
+
+
+def test_shape_bytes_count_inputs_output_and_final_states():
+    s = kda.Shape(1, 1024, 12)
+    assert s.bytes == 1024 * 12 * (5 * 128 + 1) * 2 + 12 * 128 * 128 * 4
+    assert kda.Shape(1, 16384, 32, seqs=8).sequences == 8
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_it_says_so(capsys):
+    assert kda.main([]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
