@@ -214,9 +214,9 @@ def main(argv=None) -> int:
             rows.append(measure(shape, device, copy, args.rounds, chunk_kda))
             _print_row(rows[-1])
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
+            if args.json:  # after every row, so a run cut short keeps what it measured
+                with open(args.json, "w") as fh:
+                    json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
     return 0
 
 
