@@ -102,9 +102,19 @@ def decode(codes: torch.Tensor, fmt) -> torch.Tensor:
     normal = exponent > 0
     significand = torch.where(normal, mantissa + (1 << MANTISSA_BITS), mantissa)
     power = torch.where(normal, exponent - fmt.bias, torch.full_like(exponent, fmt.min_normal_exponent))
-    magnitude = torch.ldexp(significand.to(torch.float64), power - MANTISSA_BITS)
+    magnitude = significand.to(torch.float64) * _pow2(power - MANTISSA_BITS)
     value = torch.where(sign == 1, -magnitude, magnitude)
     return torch.where(is_nan_code(codes, fmt), torch.full_like(value, float("nan")), value)
+
+
+def _pow2(exponent: torch.Tensor) -> torch.Tensor:
+    """2^e as float64, exactly, for int64 e in [-1022, 1023]: e written into a float64's exponent field.
+
+    Not torch.ldexp: with a tensor exponent it takes 2^e from a scalar-base pow, which on a
+    tensor of a GPU other than the current one faults with an illegal memory access
+    (torch 2.11, two H200s: building inputs on cuda:1 while cuda:0 was current).
+    """
+    return ((exponent + 1023) << 52).view(torch.float64)
 
 
 def encode(x: torch.Tensor, fmt) -> torch.Tensor:
@@ -125,7 +135,7 @@ def encode(x: torch.Tensor, fmt) -> torch.Tensor:
     _, frexp_exponent = torch.frexp(magnitude)
     binade = (frexp_exponent.to(torch.int64) - 1 + fmt.bias).clamp(min=1)
     binade = torch.where(magnitude > 0, binade, torch.ones_like(binade))
-    steps = torch.round(torch.ldexp(magnitude, fmt.bias + MANTISSA_BITS - binade)).to(torch.int64)
+    steps = torch.round(magnitude * _pow2(fmt.bias + MANTISSA_BITS - binade)).to(torch.int64)
     bits = (binade - 1) * (1 << MANTISSA_BITS) + steps
     negative = torch.signbit(x)
     if not fmt.has_negative_zero:
