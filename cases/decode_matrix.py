@@ -32,12 +32,12 @@ FACTORS = {
     "cache": ("e4m3fn", "e4m3fnuz", "bf16"),
     "scales": ("tensor", "token"),
     "block": (16, 32),
-    "heads": ((32, 8), (8, 1), (16, 16)),
+    "heads": ((32, 8), (8, 1), (16, 16), (32, 2)),
     "d": (64, 128, 256),
     "window": (0, 1, 1024, 4096),
     "layout": ("shuffled", "plain"),
     "length": ("0", "1", "bs-1", "bs", "bs+1", "w-1", "w", "w+1", "long"),
-    "q": (1, 2, 4),
+    "q": (1, 2, 4, 8),
     "dist": DISTS,
 }
 # The factors the long tier takes whole, every row with gauss values.

@@ -117,6 +117,10 @@ DECODE_REGRESSIONS = (
                "a bf16 query handed to fp16 dot operands unscaled: rows beyond 65504 become inf "
                "(queries of fp8 caches whose scale makes the codes subnormal reach 1e5 and more)",
                case=_decode(dist="subnormal", tag="q16")),
+    Regression("row-tiles-ignored",
+               "more query rows for a kv head (GQA 16 x MTP 8: 128) than one program holds; a "
+               "program that takes only the first tile leaves the other rows unwritten",
+               case=_decode(hq=32, hkv=2, q=8, lens=(90, 40), path="split", cu=64, tag="rowtiles")),
 )
 
 

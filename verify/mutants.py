@@ -91,6 +91,8 @@ MUTANTS = (
            "    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)\n",
            "    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)\n"
            "    value = tl.where((b & 0x78) == 0, 0.0, value)\n"),
+    Mutant("row-tiles-ignored", "kernels.paged_decode.partition", _API, "_partition",
+           "rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)", "rows = tl.arange(0, M_PAD)"),
     Mutant("running-max-from-zero", "kernels.paged_decode.partition", _API, "_partition",
            'm_i = tl.full([M_PAD], float("-inf"), tl.float32)', "m_i = tl.zeros([M_PAD], tl.float32)"),
     Mutant("running-max-frozen", "kernels.paged_decode.partition", _API, "_partition",

@@ -1,8 +1,9 @@
-"""The decode partition kernel: one program per (sequence, kv head, partition).
+"""The decode partition kernel: one program per (sequence, kv head x row tile, partition).
 
-For kv head h of sequence i, the program holds all M = Q * G query rows that
-read h (row r is query token p = r // G of query head h * G + r % G), padded to
-M_PAD >= 16 for `tl.dot`, and walks the keys of its partition in tiles of
+The M = Q * G query rows that read kv head h of sequence i (row r is query token
+p = r // G of query head h * G + r % G) are cut into ROW_TILES tiles of M_PAD
+rows (M_PAD >= 16 for `tl.dot`, at most 64; the last tile is masked), and grid
+axis 1 numbers (h, tile) as h * ROW_TILES + tile. A program holds one tile and walks the keys of its partition in tiles of
 BLOCK_N (`attend_tile`) with an fp32 online softmax:
 
     s_rj  = scale * k_scale_j * (q_r . k_j)          visible keys only
@@ -225,19 +226,19 @@ def decode_partition_kernel(
     ks_blk, ks_head, ks_slot,
     vs_blk, vs_head, vs_slot,
     ws_seq, ws_head, ws_part,
-    NUM_KV_HEADS: tl.constexpr, G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr, G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
     K_DX: tl.constexpr, V_SX: tl.constexpr,
     FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
     SPLIT: tl.constexpr,
 ):
     seq = tl.program_id(0)
-    kvh = tl.program_id(1)
+    kvh = tl.program_id(1) // ROW_TILES
     part = tl.program_id(2)
     LOG2E: tl.constexpr = 1.4426950408889634
 
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + seq).to(tl.int32), 0), table_keys)
-    rows = tl.arange(0, M_PAD)
+    rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)
     row_ok = rows < G * Q
     tok = rows // G
     head = kvh * G + rows % G

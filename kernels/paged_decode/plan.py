@@ -52,14 +52,26 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+TILE_ROWS = 64  # the most query rows (of the G * Q of a kv head) one program holds
+
+
+def row_tiles(rows: int) -> tuple[int, int]:
+    """(M_PAD, tiles): the G * Q query rows of a kv head cut into tiles of M_PAD rows, M_PAD a power
+    of two from 16 (what `tl.dot` takes) to TILE_ROWS; the last tile is masked."""
+    m_pad = max(16, 1 << (min(rows, TILE_ROWS) - 1).bit_length())
+    return m_pad, -(-rows // m_pad)
+
+
 def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queries: int,
                 window: int, block_size: int, partition_size: int, cu: int, arch: str,
-                force_split: bool | None) -> DecodePlan:
-    """Choose one-pass or split, the partition count and size."""
+                force_split: bool | None, row_tiles: int = 1) -> DecodePlan:
+    """Choose one-pass or split, the partition count and size. A sequence runs
+    num_kv_heads * row_tiles programs a partition (row_tiles: the tiles of query rows a kv head's
+    G * Q rows are cut into)."""
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
-    grid = max(num_seqs * num_kv_heads, 1)
+    grid = max(num_seqs * num_kv_heads * row_tiles, 1)
     onepass = DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1)
     if force_split is False:
         return onepass

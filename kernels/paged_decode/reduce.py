@@ -1,6 +1,7 @@
 """The split-K reduce kernel: merge per-partition softmax states.
 
-One program per (sequence, kv head) folds the n_part partitions of its M rows:
+One program per (sequence, kv head, tile of at most M_PAD query rows) folds the n_part
+partitions of its rows:
 
     m   = max_j m_j                       over partitions with l_j > 0
     l   = sum_j exp(m_j - m) * l_j
@@ -21,11 +22,11 @@ def decode_reduce_kernel(
     out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, n_part,
     s_oi, s_op, s_oh,
     ws_seq, ws_head, ws_part,
-    G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr,
+    G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr, D: tl.constexpr,
 ):
     seq = tl.program_id(0)
-    kvh = tl.program_id(1)
-    rows = tl.arange(0, M_PAD)
+    kvh = tl.program_id(1) // ROW_TILES
+    rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)
     row_ok = rows < G * Q
     dims = tl.arange(0, D)
     ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head

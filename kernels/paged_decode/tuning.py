@@ -46,7 +46,7 @@ class LaunchConfig:
     maxnreg: int | None = None
     waves_per_eu: int | None = None
     spills: str = ""
-    max_rows: int = 64  # every G * Q the entry takes (kernels.paged_decode.api.MAX_ROWS)
+    max_rows: int = 64  # every tile of rows a program holds (kernels.paged_decode.plan.TILE_ROWS)
 
     @property
     def options(self) -> dict:
