@@ -31,7 +31,7 @@ from cases.decode_values import DISTS
 FACTORS = {
     "cache": ("e4m3fn", "e4m3fnuz", "bf16"),
     "scales": ("tensor", "token"),
-    "block": (16, 32),
+    "block": (16, 32, 64, 128),
     "heads": ((32, 8), (8, 1), (16, 16), (32, 2)),
     "d": (64, 128, 256),
     "window": (0, 1, 1024, 4096),

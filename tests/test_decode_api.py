@@ -239,3 +239,21 @@ def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch):
     judged = floors.decode(inputs)
     verdict = gate.judge("t", case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple)
     assert verdict.passed, verdict.reasons
+
+
+@pytest.mark.parametrize("layout", ["shuffled", "plain"])
+def test_cache_blocks_larger_than_the_key_step(device, layout, monkeypatch):
+    """Blocks of 128 keys walked 32 keys a step (the sm90 table walks D 256 64 keys a step): a step's
+    chunks lie inside one block, and every block of the window is still read once, in order."""
+    from kernels.paged_decode import tuning
+    cpu = tuning.TABLES["cpu"]
+    monkeypatch.setitem(tuning.TABLES, "cpu", tuning.ArchTuning(
+        (tuning.LaunchConfig(256, 32, 4, 1),), cpu.split, cpu.programs_per_cu, cpu.fp8_dot))
+    for path in ("onepass", "split"):
+        case = decode_cases.DecodeCase("e4m3fn", "token", 128, 8, 2, 64, 200, (300, 129), 2, layout, path,
+                                       cu=256 if path == "split" else 0)
+        inputs = decode_cases.build(case, device, 23)
+        out = adapters.decode(inputs)
+        judged = floors.decode(inputs)
+        verdict = gate.judge("t", case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple)
+        assert verdict.passed, (path, verdict.reasons)
