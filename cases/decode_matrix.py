@@ -16,7 +16,8 @@ other factors with `gauss` values, and for each other distribution the
 all-pairs cut of the other factors with that distribution fixed, at long
 contexts.
 
-One pair is undefined and left out (`defined`): subnormal values in a bf16
+Two pairs are undefined and left out (`defined`): D 1024 in a bf16 cache
+(the kernel takes D 1024 with fp8 caches only), and subnormal values in a bf16
 cache. bf16 has no codes that are subnormal under a scale, and its own
 subnormals (below 2^-126) load as zero under the Triton interpreter (triton
 3.x), so no CPU run could judge them.
@@ -33,7 +34,7 @@ FACTORS = {
     "scales": ("tensor", "token"),
     "block": (16, 32, 64, 128),
     "heads": ((32, 8), (8, 1), (16, 16), (32, 2)),
-    "d": (64, 128, 256),
+    "d": (64, 128, 256, 512, 1024),
     "window": (0, 1, 1024, 4096),
     "layout": ("shuffled", "plain"),
     "length": ("0", "1", "bs-1", "bs", "bs+1", "w-1", "w", "w+1", "long"),
@@ -65,8 +66,14 @@ def resolve_length(name: str, block: int, window: int, tier: str) -> int:
     return int(name)
 
 
+READS = ("cache", "d", "dist")  # the factors `defined` reads
+
+
 def defined(row: dict) -> bool:
-    """False for the one undefined pair: subnormal values in a bf16 cache (module docstring)."""
+    """False for the undefined pairs: subnormal values in a bf16 cache, and D 1024 in a bf16 cache
+    (the kernel takes D 1024 with fp8 caches only) (module docstring)."""
+    if row["cache"] == "bf16" and row.get("d") == 1024:
+        return False
     return not (row.get("dist") == "subnormal" and row["cache"] == "bf16")
 
 
@@ -83,17 +90,19 @@ def matrix_rows(tier: str) -> list[dict]:
     """The rows of a tier (module docstring), each with every factor of FACTORS."""
     if tier in ("cpu", "gpu"):
         return [dict(row) for row in _covering(2 if tier == "cpu" else 3)]
-    rows = [dict(row, dist="gauss") for row in matrix.product(SHAPE_FACTORS)]
+    rows = [dict(row, dist="gauss") for row in matrix.product(SHAPE_FACTORS) if defined(dict(row, dist="gauss"))]
     for dist in DISTS[1:]:
-        caches = tuple(c for c in FACTORS["cache"] if defined({"cache": c, "dist": dist}))
-        rows += [dict(row, dist=dist) for row in matrix.all_pairs(dict(SHAPE_FACTORS, cache=caches))]
+        caches = tuple(c for c in FACTORS["cache"] if defined({"cache": c, "d": 64, "dist": dist}))
+        rows += [dict(row, dist=dist) for row in matrix.all_pairs(
+            dict(SHAPE_FACTORS, cache=caches), constraint=lambda row, dist=dist: defined(dict(row, dist=dist)),
+            reads=("cache", "d"))]
     return rows
 
 
 @functools.cache
 def _covering(strength: int) -> tuple:
     """The covering array of all the factors, made once per process (the constraint walks the product)."""
-    return tuple(matrix.covering(FACTORS, strength=strength, constraint=defined))
+    return tuple(matrix.covering(FACTORS, strength=strength, constraint=defined, reads=READS))
 
 
 def decode_matrix(tier: str) -> list[DecodeCase]:

@@ -22,9 +22,12 @@ depend on the declaration alone, never on hashing or the Python version.
 
 The constraint sees complete rows only, so deciding which t-tuples can appear
 at all walks the full product once (stopping as soon as every t-tuple is
-found); that is cheap for the matrices declared here (under a million rows).
+found). A constraint that reads only some factors may name them (`reads`):
+then only the product of those is walked, which keeps a large matrix with a
+few impossible combinations cheap.
 """
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from itertools import combinations
@@ -45,7 +48,8 @@ def product(factors: dict[str, tuple]) -> list[dict]:
     return [_row(names, values, idx) for idx in _cartesian(*(range(len(v)) for v in values))]
 
 
-def covering(factors: dict[str, tuple], *, strength: int = 2, constraint: Constraint | None = None) -> list[dict]:
+def covering(factors: dict[str, tuple], *, strength: int = 2, constraint: Constraint | None = None,
+             reads: tuple[str, ...] | None = None) -> list[dict]:
     """A small covering array of the given strength, deterministic (see the module docstring).
 
     With no more factors than the strength it is the product (less what the
@@ -56,7 +60,7 @@ def covering(factors: dict[str, tuple], *, strength: int = 2, constraint: Constr
     names, values = _declared(factors)
     accept = _acceptor(names, values, constraint)
     sizes = [len(v) for v in values]
-    uncovered = _required(sizes, accept, strength)
+    uncovered = _required(sizes, accept, strength, _read_indices(names, reads))
     rows = []
     while uncovered:
         idx = _next_row(sizes, uncovered, accept, strength)
@@ -65,13 +69,14 @@ def covering(factors: dict[str, tuple], *, strength: int = 2, constraint: Constr
     return rows
 
 
-def all_pairs(factors: dict[str, tuple], *, constraint: Constraint | None = None) -> list[dict]:
+def all_pairs(factors: dict[str, tuple], *, constraint: Constraint | None = None,
+              reads: tuple[str, ...] | None = None) -> list[dict]:
     """The strength-2 covering array: every pair of values of two factors in some row."""
-    return covering(factors, strength=2, constraint=constraint)
+    return covering(factors, strength=2, constraint=constraint, reads=reads)
 
 
 def covers(rows: list[dict], factors: dict[str, tuple], *, strength: int = 2,
-           constraint: Constraint | None = None) -> bool:
+           constraint: Constraint | None = None, reads: tuple[str, ...] | None = None) -> bool:
     """True when ``rows`` cover every t-tuple that some row accepted by ``constraint`` can hold.
 
     A row the constraint rejects covers nothing. A row whose keys are not the
@@ -80,7 +85,7 @@ def covers(rows: list[dict], factors: dict[str, tuple], *, strength: int = 2,
     _check_strength(strength)
     names, values = _declared(factors)
     accept = _acceptor(names, values, constraint)
-    required = _required([len(v) for v in values], accept, strength)
+    required = _required([len(v) for v in values], accept, strength, _read_indices(names, reads))
     for k, row in enumerate(rows):
         idx = _indices(row, names, values, f"rows[{k}]")
         if accept is None or accept(idx):
@@ -88,9 +93,20 @@ def covers(rows: list[dict], factors: dict[str, tuple], *, strength: int = 2,
     return not required
 
 
-def covers_all_pairs(rows: list[dict], factors: dict[str, tuple], constraint: Constraint | None = None) -> bool:
+def covers_all_pairs(rows: list[dict], factors: dict[str, tuple], constraint: Constraint | None = None,
+                     reads: tuple[str, ...] | None = None) -> bool:
     """``covers`` at strength 2."""
-    return covers(rows, factors, strength=2, constraint=constraint)
+    return covers(rows, factors, strength=2, constraint=constraint, reads=reads)
+
+
+def _read_indices(names: list[str], reads) -> list[int] | None:
+    """The factor numbers of `reads` (None: the constraint may read any factor)."""
+    if reads is None:
+        return None
+    unknown = [name for name in reads if name not in names]
+    if unknown or isinstance(reads, str):
+        raise ValueError(f"reads: expected a tuple of factor names from {names}, got {reads!r}")
+    return [names.index(name) for name in reads]
 
 
 def _check_strength(strength) -> None:
@@ -147,8 +163,10 @@ def _interactions(idx: tuple[int, ...], strength: int) -> Iterator[Interaction]:
     return combinations(tuple(enumerate(idx)), min(strength, len(idx)))
 
 
-def _required(sizes: list[int], accept, strength: int) -> set[Interaction]:
-    """Every interaction some accepted row holds."""
+def _required(sizes: list[int], accept, strength: int, reads: list[int] | None) -> set[Interaction]:
+    """Every interaction some accepted row holds. With `reads` (the factors the constraint reads)
+    only their product is walked: an interaction is possible when some accepted combination of
+    those factors agrees with it on them, whatever it holds elsewhere."""
     strength = min(strength, len(sizes))
     every = {
         tuple(zip(fs, vs))
@@ -157,6 +175,19 @@ def _required(sizes: list[int], accept, strength: int) -> set[Interaction]:
     }
     if accept is None:
         return every
+    if reads is not None:
+        allowed = set()
+        for sub in _cartesian(*(range(sizes[f]) for f in reads)):
+            idx = [0] * len(sizes)
+            for f, v in zip(reads, sub):
+                idx[f] = v
+            if accept(tuple(idx)):
+                allowed.add(tuple(zip(reads, sub)))
+
+        @functools.cache
+        def possible(part: Interaction) -> bool:
+            return any(all(dict(a)[f] == v for f, v in part) for a in allowed)
+        return {i for i in every if possible(tuple(item for item in i if item[0] in reads))}
     missing = set(every)
     for idx in _cartesian(*(range(n) for n in sizes)):
         if not missing:

@@ -28,6 +28,7 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16)
 _CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.bfloat16, torch.float16)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+HEAD_DIMS = (64, 128, 256, 512, 1024)  # 1024 with fp8 caches only
 _LAYOUTS = ("shuffled", "plain")
 
 
@@ -213,7 +214,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         m_ws = l_ws = acc_ws = out
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     common = call.constexprs
-    launch = _tuning.config(_arch.arch_name(device), head_dim, min(rows, _plan.TILE_ROWS))
+    launch = _tuning.config(_arch.arch_name(device), head_dim, common["M_PAD"])
     programs = num_kv_heads * common["ROW_TILES"]  # grid axis 1: (kv head, row tile)
     with _arch.on_device(device):
         _launch.launch(_partition.decode_partition_kernel, (num_seqs, programs, plan.n_part), (
@@ -250,8 +251,8 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
     device = query.device
     if q4.stride(3) != 1:
         raise ValueError(f"query: expected the last dim contiguous (stride 1), got strides {tuple(query.stride())}")
-    if head_dim not in (64, 128, 256):
-        raise ValueError(f"query: expected head size D in (64, 128, 256), got {head_dim}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"query: expected head size D in {HEAD_DIMS}, got {head_dim}")
     _check_tensor("out", out, _OUT_DTYPES, (query.dim(),))
     if out.shape != query.shape or out.device != device:
         raise ValueError(f"out: expected shape {tuple(query.shape)} on {device}, "
@@ -267,6 +268,9 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
         raise TypeError(f"value_cache: expected the dtype of key_cache ({key_cache.dtype}), got {value_cache.dtype}")
     if _arch.fp8_format(key_cache.dtype) is None and key_cache.dtype != query.dtype:
         raise TypeError(f"key_cache: a non-fp8 cache must have the query's dtype {query.dtype}, got {key_cache.dtype}")
+    if head_dim > 512 and _arch.fp8_format(key_cache.dtype) is None:
+        raise ValueError(f"query: head size D {head_dim} takes an fp8 cache (D up to 512 for "
+                         f"{key_cache.dtype}), got D {head_dim}")
     num_kv_heads = key_cache.shape[1] if layout == "shuffled" else key_cache.shape[2]
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(f"query: expected Hq to be a multiple of Hkv={num_kv_heads}, got Hq={num_heads}")
@@ -310,7 +314,7 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
     fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
     rows = group * num_q
-    m_pad, tiles = _plan.row_tiles(rows)
+    m_pad, tiles = _plan.row_tiles(rows, head_dim)
     fp8_dot = _tuning.tuning(_arch.arch_name(device)).fp8_dot if _arch.fp8_format(key_cache.dtype) else None
     constexprs = dict(G=group, Q=num_q, M_PAD=m_pad, ROW_TILES=tiles, FP8_MODE=fp8_mode,
                       DOT=tl.float16 if fp8_dot == "fp16" else _TL[dot_dtype(query.dtype, device)])

@@ -52,13 +52,19 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-TILE_ROWS = 64  # the most query rows (of the G * Q of a kv head) one program holds
+TILE_ROWS = 64  # the most query rows (of the G * Q of a kv head) one program holds up to D 256
 
 
-def row_tiles(rows: int) -> tuple[int, int]:
+def tile_rows(head_dim: int) -> int:
+    """The most query rows a program holds at head size D: TILE_ROWS up to D 256, then fewer, so
+    that its fp32 accumulator [rows, D] stays at 64 x 256 elements (32 rows at D 512, 16 at 1024)."""
+    return TILE_ROWS if head_dim <= 256 else max(16, TILE_ROWS * 256 // head_dim)
+
+
+def row_tiles(rows: int, head_dim: int) -> tuple[int, int]:
     """(M_PAD, tiles): the G * Q query rows of a kv head cut into tiles of M_PAD rows, M_PAD a power
-    of two from 16 (what `tl.dot` takes) to TILE_ROWS; the last tile is masked."""
-    m_pad = max(16, 1 << (min(rows, TILE_ROWS) - 1).bit_length())
+    of two from 16 (what `tl.dot` takes) to tile_rows(head_dim); the last tile is masked."""
+    m_pad = max(16, 1 << (min(rows, tile_rows(head_dim)) - 1).bit_length())
     return m_pad, -(-rows // m_pad)
 
 

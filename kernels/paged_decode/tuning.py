@@ -69,22 +69,26 @@ class ArchTuning:
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
                 "a stack of up to a few hundred bytes in many specializations; kept until re-timed there")
+_WIDE = ("D 512 and 1024 (fewer query rows a program, plan.tile_rows) are not timed anywhere yet: the "
+         "smallest step, 8 warps and one stage, until a bench row on the device picks them")
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
-                             LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS)),
+                             LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS),
+                             LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
     "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(256, 32, 4, 2, max_rows=16),
-                               LaunchConfig(128, 32, 4, 2), LaunchConfig(256, 16, 4, 2)),
+                               LaunchConfig(128, 32, 4, 2), LaunchConfig(256, 16, 4, 2),
+                               LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                          split=False, programs_per_cu=2),
     "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                               LaunchConfig(256, 16, 4, 2)),
+                               LaunchConfig(256, 16, 4, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                          split=True, programs_per_cu=2),
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                                LaunchConfig(256, 16, 4, 2)),
+                                LaunchConfig(256, 16, 4, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                           split=False, programs_per_cu=2),
-    "cpu": ArchTuning(rows=(LaunchConfig(256, 256, 4, 1),), split=False, programs_per_cu=2, fp8_dot="fp16"),
+    "cpu": ArchTuning(rows=(LaunchConfig(1024, 256, 4, 1),), split=False, programs_per_cu=2, fp8_dot="fp16"),
 }
-DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2)),
+DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2), LaunchConfig(1024, 16, 8, 1)),
                      split=False, programs_per_cu=2)
 
 
