@@ -70,7 +70,9 @@ class ArchTuning:
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
                 "a stack of up to a few hundred bytes in many specializations; kept until re-timed there")
 _WIDE = ("D 512 and 1024 (fewer query rows a program, plan.tile_rows) are not timed anywhere yet: the "
-         "smallest step, 8 warps and one stage, until a bench row on the device picks them")
+         "smallest step, 8 warps and one stage. They spill: at D 1024 (16 rows, per-token fp8) sm90 takes 255 "
+         "registers and a 632-byte stack, gfx942 256 VGPRs and 248 spilled; a bench row on the device picks "
+         "the rows, and the tile may then split D")
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
                              LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS),
