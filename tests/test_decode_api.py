@@ -194,8 +194,9 @@ def test_launch_configs_are_data_per_arch():
     # more rows a program, smaller steps: [32 rows, 64 keys] tiles pass gfx942's 256 VGPRs for 2 waves
     assert tuning.config("gfx942", 64, 16).block_n > tuning.config("gfx942", 64, 32).block_n
     assert gfx942.rows[0].max_rows == 16 and tuning.config("gfx942", 64, 64).max_rows == 64
+    assert tuning.config("sm90", 1024, 16).max_head_dim == 1024
     with pytest.raises(ValueError, match="head_dim"):
-        tuning.config("sm90", 512, 4)
+        tuning.config("sm90", 2048, 4)
     assert decode_plan.split_archs() == tuple(a for a, t in tuning.TABLES.items() if t.split)
 
 
@@ -257,3 +258,12 @@ def test_cache_blocks_larger_than_the_key_step(device, layout, monkeypatch):
         judged = floors.decode(inputs)
         verdict = gate.judge("t", case.id, {"out": (out, judged.ref8)}, judged.floor, judged.multiple)
         assert verdict.passed, (path, verdict.reasons)
+
+
+def test_head_size_1024_needs_an_fp8_cache():
+    query = torch.zeros(1, 2, 1024, dtype=torch.bfloat16)
+    cache = torch.zeros(2, 16, 1, 1024, dtype=torch.bfloat16)
+    tables, lens = torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^query: head size D 1024 takes an fp8 cache"):
+        paged_attention_decode(torch.empty_like(query), query, cache, cache, tables, lens, 0.03, None, None, 0,
+                               layout="plain")
