@@ -121,6 +121,10 @@ DECODE_REGRESSIONS = (
                "more query rows for a kv head (GQA 16 x MTP 8: 128) than one program holds; a "
                "program that takes only the first tile leaves the other rows unwritten",
                case=_decode(hq=32, hkv=2, q=8, lens=(90, 40), path="split", cu=64, tag="rowtiles")),
+    Regression("reduce-over-kv-heads-only",
+               "with the query split (few sequences, MTP) a kv head's rows run as several tiles; a reduce "
+               "launched once per kv head merges only part of them",
+               case=_decode(hq=32, hkv=4, q=4, lens=(300, 120), path="split", cu=256, tag="qsplit")),
 )
 
 

@@ -68,7 +68,7 @@ def expected_split_plan(inputs, *, cu: int):
     return decode_plan.plan_decode(num_seqs=len(case.lens), num_kv_heads=case.hkv, max_seq_len=inputs.max_seq_len,
                                    num_queries=case.q, window=case.window, block_size=case.block,
                                    partition_size=case.partition, cu=cu, arch="any", force_split=True,
-                                   row_tiles=decode_plan.row_tiles(case.hq // case.hkv * case.q, case.d)[1])
+                                   group=case.hq // case.hkv, head_dim=case.d)
 
 
 def decode_call(inputs, *, path: str, workspace=None, out=None):

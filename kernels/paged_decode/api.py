@@ -204,7 +204,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=call.max_seq_len, num_queries=call.num_q,
         window=sliding_window, block_size=call.block_size, partition_size=partition_size,
         cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split,
-        row_tiles=call.constexprs["ROW_TILES"])
+        group=call.group, head_dim=head_dim)
     rows = call.group * call.num_q
     if plan.split:
         store = workspace if workspace is not None else _workspace.default_store(device)
@@ -214,8 +214,8 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         m_ws = l_ws = acc_ws = out
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     common = call.constexprs
-    launch = _tuning.config(_arch.arch_name(device), head_dim, common["M_PAD"])
-    programs = num_kv_heads * common["ROW_TILES"]  # grid axis 1: (kv head, row tile)
+    launch = _tuning.config(_arch.arch_name(device), head_dim, plan.m_pad)
+    programs = num_kv_heads * plan.row_tiles  # grid axis 1: (kv head, row tile)
     with _arch.on_device(device):
         _launch.launch(_partition.decode_partition_kernel, (num_seqs, programs, plan.n_part), (
             out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
@@ -225,8 +225,8 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
             kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
             vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
             *call.ks_st, *call.vs_st, *ws_strides),
-            dict(NUM_KV_HEADS=num_kv_heads, G=common["G"], Q=common["Q"], M_PAD=common["M_PAD"],
-                 ROW_TILES=common["ROW_TILES"], D=head_dim,
+            dict(NUM_KV_HEADS=num_kv_heads, G=common["G"], Q=common["Q"], M_PAD=plan.m_pad,
+                 ROW_TILES=plan.row_tiles, D=head_dim,
                  BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
                  # keys that share a cache block and sit one stride apart in both caches
                  CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
@@ -236,7 +236,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
         if plan.split:
             _launch.launch(_reduce.decode_reduce_kernel, (num_seqs, programs), (
                 out, m_ws, l_ws, acc_ws, plan.n_part, *call.strides[:3], *ws_strides),
-                dict(G=common["G"], Q=common["Q"], M_PAD=common["M_PAD"], ROW_TILES=common["ROW_TILES"],
+                dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
                      D=head_dim), num_warps=4, num_stages=1)
     return out
 
@@ -313,10 +313,8 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
     if ks_tok != vs_tok:
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
     fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
-    rows = group * num_q
-    m_pad, tiles = _plan.row_tiles(rows, head_dim)
     fp8_dot = _tuning.tuning(_arch.arch_name(device)).fp8_dot if _arch.fp8_format(key_cache.dtype) else None
-    constexprs = dict(G=group, Q=num_q, M_PAD=m_pad, ROW_TILES=tiles, FP8_MODE=fp8_mode,
+    constexprs = dict(G=group, Q=num_q, FP8_MODE=fp8_mode,
                       DOT=tl.float16 if fp8_dot == "fp16" else _TL[dot_dtype(query.dtype, device)])
     return _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,

@@ -14,7 +14,12 @@ attends. The split spreads that walk over partitions when it pays:
 - the partition count is capped near the arch's programs per CU; when capped, the
   partition grows (block aligned, never below `partition_size`) so that the
   partitions still cover every key;
-- the workspace's partition dim is the count rounded up to a power of two.
+- the workspace's partition dim is the count rounded up to a power of two;
+- the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
+  most `tile_rows(D)` rows; when even so the sequences' programs would leave
+  CUs idle, the tiles shrink to the rows of fewer query positions (down to 16
+  rows, or the G rows of one position), so one sequence's query positions
+  spread over more programs.
 """
 
 import os
@@ -28,12 +33,15 @@ LONG_WALK_PARTS = 8
 @dataclass(frozen=True)
 class DecodePlan:
     """split: run partition + reduce; n_part partitions of part_size keys;
-    p2: the workspace's partition dim (next power of two of n_part)."""
+    p2: the workspace's partition dim (next power of two of n_part); the G * Q query rows of a
+    kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split)."""
 
     split: bool
     n_part: int
     part_size: int
     p2: int
+    m_pad: int
+    row_tiles: int
 
 
 def split_archs() -> tuple[str, ...]:
@@ -70,15 +78,21 @@ def row_tiles(rows: int, head_dim: int) -> tuple[int, int]:
 
 def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queries: int,
                 window: int, block_size: int, partition_size: int, cu: int, arch: str,
-                force_split: bool | None, row_tiles: int = 1) -> DecodePlan:
-    """Choose one-pass or split, the partition count and size. A sequence runs
-    num_kv_heads * row_tiles programs a partition (row_tiles: the tiles of query rows a kv head's
-    G * Q rows are cut into)."""
+                force_split: bool | None, group: int = 1, head_dim: int = 128) -> DecodePlan:
+    """Choose the row tiles (the query split), one-pass or split, the partition count and size.
+    A sequence runs num_kv_heads * row_tiles programs a partition."""
+    m_pad, tiles = row_tiles(group * num_queries, head_dim)
+    if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
+        # query split: too few programs for the device; a tile of the rows of fewer query positions
+        q_pad = max(16, _next_pow2(group))
+        if q_pad < m_pad:
+            m_pad, tiles = q_pad, _cdiv(group * num_queries, q_pad)
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
-    grid = max(num_seqs * num_kv_heads * row_tiles, 1)
-    onepass = DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1)
+    grid = max(num_seqs * num_kv_heads * tiles, 1)
+    onepass = DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1,
+                         m_pad=m_pad, row_tiles=tiles)
     if force_split is False:
         return onepass
     if force_split is None:
@@ -87,4 +101,5 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
             return onepass
     n_part = min(n_full, max(2, tuning.tuning(arch).programs_per_cu * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
-    return DecodePlan(split=True, n_part=n_part, part_size=part, p2=_next_pow2(n_part))
+    return DecodePlan(split=True, n_part=n_part, part_size=part, p2=_next_pow2(n_part), m_pad=m_pad,
+                      row_tiles=tiles)
