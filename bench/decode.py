@@ -98,6 +98,11 @@ SHAPES = [
     Shape(8, 8192, 4096, cache="e4m3fnuz"),
     Shape(8, 8192, 4096, cache="bf16"),
     Shape(8, 8192, 4096, scales="tensor"),
+    # the geometry of seed 001's matrix: wide heads, GQA 16, MTP, 128-token pages
+    Shape(16, 8192, 0, q=4, d=512, cache="bf16", scales="tensor", hq=32, hkv=2),
+    Shape(16, 8192, 0, d=1024, hq=16, hkv=4),
+    Shape(8, 8192, 4096, q=4, hq=32, hkv=2, block=128),
+    Shape(1, 8192, 257, q=4),
 ]
 SWEEP_SHAPES = [Shape(64, 8192, 4096), Shape(8, 32768, 0), Shape(8, 8192, 4096, d=256, hq=16, hkv=4)]
 SWEEP = [tuning.LaunchConfig(256, bn, 4, st, reg) for bn, st, reg in itertools.product((64, 128), (2, 3), (None, 168))]
