@@ -125,6 +125,10 @@ DECODE_REGRESSIONS = (
                "with the query split (few sequences, MTP) a kv head's rows run as several tiles; a reduce "
                "launched once per kv head merges only part of them",
                case=_decode(hq=32, hkv=4, q=4, lens=(300, 120), path="split", cu=256, tag="qsplit")),
+    Regression("head-padding-unmasked",
+               "a head size of 192 runs in 256-wide tiles; unmasked, the padding dims read the next "
+               "head's query and write over the next head's output",
+               case=_decode(d=192, hq=8, hkv=2, q=2, lens=(70, 20), layout="plain", tag="d192pad")),
 )
 
 

@@ -28,7 +28,7 @@ _QUERY_DTYPES = (torch.bfloat16, torch.float16)
 _CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.bfloat16, torch.float16)
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
-HEAD_DIMS = (64, 128, 256, 512, 1024)  # 1024 with fp8 caches only
+HEAD_DIMS = (64, 128, 192, 256, 512, 1024)  # 1024 with fp8 caches only
 _LAYOUTS = ("shuffled", "plain")
 
 
@@ -226,7 +226,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
             vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
             *call.ks_st, *call.vs_st, *ws_strides),
             dict(NUM_KV_HEADS=num_kv_heads, G=common["G"], Q=common["Q"], M_PAD=plan.m_pad,
-                 ROW_TILES=plan.row_tiles, D=head_dim,
+                 ROW_TILES=plan.row_tiles, D=_plan.pow2_at_least(head_dim), D_REAL=head_dim,
                  BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
                  # keys that share a cache block and sit one stride apart in both caches
                  CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
@@ -237,7 +237,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
             _launch.launch(_reduce.decode_reduce_kernel, (num_seqs, programs), (
                 out, m_ws, l_ws, acc_ws, plan.n_part, *call.strides[:3], *ws_strides),
                 dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
-                     D=head_dim), num_warps=4, num_stages=1)
+                     D=_plan.pow2_at_least(head_dim), D_REAL=head_dim), num_warps=4, num_stages=1)
     return out
 
 

@@ -142,14 +142,15 @@ def pow2_into(x, TOP: tl.constexpr):
 def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
                 num_blocks, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
                 v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
-                D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
-                V_SX: tl.constexpr, FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
-                TAIL: tl.constexpr):
+                D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                CHUNK: tl.constexpr, V_SX: tl.constexpr, FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr,
+                DOT: tl.constexpr, TAIL: tl.constexpr):
     """Fold keys [start, start + BLOCK_N) into the online softmax state (acc, m_i, l_i).
 
     The tile is BLOCK_N // CHUNK chunks of CHUNK keys; a chunk never crosses a cache block, so
     its block id is read once and its keys sit one stride apart (the vector axis of the loads).
     TAIL: the tile reaches past the sequence end, where unused slots may hold NaN bytes.
+    D is the tile's width, a power of two; a head size D_REAL below it leaves dims D_REAL.. unread (0).
     """
     NC: tl.constexpr = BLOCK_N // CHUNK
     lanes = tl.arange(0, CHUNK)
@@ -165,7 +166,10 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
 
     k_base = page * k_blk + kvh * k_head + slot * k_slo
     k_off = k_base[:, None, None] + lanes[None, :, None] * k_slo + k_dim_off[None, None, :]
-    k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
+    if D_REAL == D:
+        k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
+    else:
+        k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None] & (dims < D_REAL)[None, None, :], other=0)
     k = tl.trans(tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D]))
     s = tl.dot(q, k) * qk_scale[:, None]
     if PER_TOKEN_SCALE:
@@ -183,7 +187,10 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
 
     v_base = page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo
     v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + dims[None, None, :] * v_dlo
-    v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
+    if D_REAL == D:
+        v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
+    else:
+        v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None] & (dims < D_REAL)[None, None, :], other=0)
     v = tl.reshape(to_dot(v, FP8_MODE, DOT), [BLOCK_N, D])
     if TAIL:
         # Unused slots past the sequence end may hold NaN bytes: their p is 0, but 0 * NaN is NaN.
@@ -227,7 +234,7 @@ def decode_partition_kernel(
     vs_blk, vs_head, vs_slot,
     ws_seq, ws_head, ws_part,
     NUM_KV_HEADS: tl.constexpr, G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr,
-    D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
+    D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
     K_DX: tl.constexpr, V_SX: tl.constexpr,
     FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
     SPLIT: tl.constexpr,
@@ -243,6 +250,9 @@ def decode_partition_kernel(
     tok = rows // G
     head = kvh * G + rows % G
     dims = tl.arange(0, D)
+    cell_ok = row_ok[:, None]  # the rows and dims that exist
+    if D_REAL != D:
+        cell_ok = cell_ok & (dims < D_REAL)[None, :]
 
     # Keys each row sees: [row_lo, row_hi).
     row_hi = tl.maximum(seq_len - Q + 1 + tok, 0)
@@ -257,7 +267,7 @@ def decode_partition_kernel(
     part_hi = tl.minimum(part_lo + part_size, kv_hi)
 
     q_off = seq.to(tl.int64) * s_qi + tok[:, None] * s_qp + head[:, None] * s_qh + dims[None, :]
-    q = tl.load(q_ptr + q_off, mask=row_ok[:, None], other=0.0).to(tl.float32)
+    q = tl.load(q_ptr + q_off, mask=cell_ok, other=0.0).to(tl.float32)
     if PER_TOKEN_SCALE:
         qk_scale = tl.full([M_PAD], scale * LOG2E, tl.float32)
     else:
@@ -280,12 +290,12 @@ def decode_partition_kernel(
             k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
             v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot)
     for start in range(part_lo, body_hi, BLOCK_N):
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, start, *args, D=D, BLOCK_SIZE=BLOCK_SIZE,
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, start, *args, D=D, D_REAL=D_REAL, BLOCK_SIZE=BLOCK_SIZE,
                                     BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
                                     PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, TAIL=False)
     tail = part_lo + tl.maximum(tl.cdiv(body_hi - part_lo, BLOCK_N), 0) * BLOCK_N
     if tail < part_hi:
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, tail, *args, D=D, BLOCK_SIZE=BLOCK_SIZE,
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, tail, *args, D=D, D_REAL=D_REAL, BLOCK_SIZE=BLOCK_SIZE,
                                     BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
                                     PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, TAIL=True)
 
@@ -297,9 +307,9 @@ def decode_partition_kernel(
         tl.store(m_ws_ptr + ws + rows, m_i, mask=row_ok)
         tl.store(l_ws_ptr + ws + rows, l_i, mask=row_ok)
         if part_lo < part_hi:
-            acc_off = (ws + rows[:, None]) * D + dims[None, :]
-            tl.store(acc_ws_ptr + acc_off, acc, mask=row_ok[:, None])
+            acc_off = (ws + rows[:, None]) * D_REAL + dims[None, :]
+            tl.store(acc_ws_ptr + acc_off, acc, mask=cell_ok)
     else:
         out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
         o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op + head[:, None] * s_oh + dims[None, :]
-        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=cell_ok)

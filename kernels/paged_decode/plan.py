@@ -56,7 +56,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _next_pow2(n: int) -> int:
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n (a tile's width for a head size n: 192 -> 256)."""
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -84,7 +85,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     m_pad, tiles = row_tiles(group * num_queries, head_dim)
     if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
         # query split: too few programs for the device; a tile of the rows of fewer query positions
-        q_pad = max(16, _next_pow2(group))
+        q_pad = max(16, pow2_at_least(group))
         if q_pad < m_pad:
             m_pad, tiles = q_pad, _cdiv(group * num_queries, q_pad)
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
@@ -101,5 +102,5 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
             return onepass
     n_part = min(n_full, max(2, tuning.tuning(arch).programs_per_cu * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
-    return DecodePlan(split=True, n_part=n_part, part_size=part, p2=_next_pow2(n_part), m_pad=m_pad,
+    return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
                       row_tiles=tiles)

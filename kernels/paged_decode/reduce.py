@@ -7,6 +7,7 @@ partitions of its rows:
     l   = sum_j exp(m_j - m) * l_j
     out = sum_j exp(m_j - m) * acc_j / l  (0 where no partition saw a key)
 
+acc rows are D_REAL wide in the workspace; D is that rounded up to a power of two.
 m_j is in log2 units (the partition kernel scores with exp2). A partition
 with l_j == 0 saw no key; its acc was never written and is skipped, so stale
 or NaN scratch never reaches the output. n_part is a runtime argument, so a
@@ -23,12 +24,16 @@ def decode_reduce_kernel(
     s_oi, s_op, s_oh,
     ws_seq, ws_head, ws_part,
     G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr, D: tl.constexpr,
+    D_REAL: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kvh = tl.program_id(1) // ROW_TILES
     rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)
     row_ok = rows < G * Q
     dims = tl.arange(0, D)
+    cell_ok = row_ok[:, None]  # the rows and dims that exist
+    if D_REAL != D:
+        cell_ok = cell_ok & (dims < D_REAL)[None, :]
     ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head
 
     m_run = tl.full([M_PAD], float("-inf"), tl.float32)
@@ -39,8 +44,8 @@ def decode_reduce_kernel(
         l_j = tl.load(l_ws_ptr + ws + rows, mask=row_ok, other=0.0)
         seen = l_j > 0
         m_j = tl.load(m_ws_ptr + ws + rows, mask=row_ok & seen, other=float("-inf"))
-        acc_j = tl.load(acc_ws_ptr + (ws + rows[:, None]) * D + dims[None, :],
-                        mask=(row_ok & seen)[:, None], other=0.0)
+        acc_j = tl.load(acc_ws_ptr + (ws + rows[:, None]) * D_REAL + dims[None, :],
+                        mask=cell_ok & seen[:, None], other=0.0)
         m_new = tl.maximum(m_run, m_j)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_run - m_safe)
@@ -53,4 +58,4 @@ def decode_reduce_kernel(
     tok = rows // G
     head = kvh * G + rows % G
     o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op + head[:, None] * s_oh + dims[None, :]
-    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=cell_ok)
