@@ -225,7 +225,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
             kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
             vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
             *call.ks_st, *call.vs_st, *ws_strides),
-            dict(NUM_KV_HEADS=num_kv_heads, G=common["G"], Q=common["Q"], M_PAD=plan.m_pad,
+            dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad,
                  ROW_TILES=plan.row_tiles, D=_plan.pow2_at_least(head_dim), D_REAL=head_dim,
                  BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
                  # keys that share a cache block and sit one stride apart in both caches

@@ -233,7 +233,7 @@ def decode_partition_kernel(
     ks_blk, ks_head, ks_slot,
     vs_blk, vs_head, vs_slot,
     ws_seq, ws_head, ws_part,
-    NUM_KV_HEADS: tl.constexpr, G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr,
+    G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr,
     D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
     K_DX: tl.constexpr, V_SX: tl.constexpr,
     FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
