@@ -29,14 +29,13 @@ import itertools
 import json
 import math
 import sys
-import time
 from dataclasses import dataclass
 
 import torch
 import triton
 
 from bench import baseline
-from bench.timing import copy_tbps, interleaved
+from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
 from kernels import arch
 from kernels.paged_decode import paged_attention_decode
@@ -147,18 +146,6 @@ def _sdpa(shape: Shape, device, count: int):
     return fn
 
 
-def _host_us(fn) -> float:
-    """Enqueue time of a plain call: HOST_CALLS calls with no sync inside, over their count."""
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(HOST_CALLS):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / HOST_CALLS * 1e6
-
-
 def _auto_choice(shape: Shape, device) -> str:
     plan = decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
                                    num_queries=shape.q, window=shape.window, block_size=shape.block,
@@ -186,7 +173,7 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
     if baseline is not None:
         fns["baseline"] = _decode(sets, None, baseline.paged_attention_decode)
     timed = interleaved(fns, calls=calls, rounds=rounds)
-    host = _host_us(_decode(sets[:1], None))
+    host = host_us(_decode(sets[:1], None), HOST_CALLS)
     row = dict(shape=shape.name, **dataclasses.asdict(shape), bytes=shape.bytes, sets=len(sets),
                auto_chose=_auto_choice(shape, device), host_us=host)
     for name, t in timed.items():
@@ -196,7 +183,7 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
     row["sdpa_over_auto"] = row["sdpa"]["us"] / row["auto"]["us"]
     if baseline is not None:
         row["auto_over_baseline"] = row["auto"]["us"] / row["baseline"]["us"]
-        row["baseline_host_us"] = _host_us(_decode(sets[:1], None, baseline.paged_attention_decode))
+        row["baseline_host_us"] = host_us(_decode(sets[:1], None, baseline.paged_attention_decode), HOST_CALLS)
         row["largest_difference"] = _largest_difference(paged_attention_decode, baseline.paged_attention_decode,
                                                         sets[0])
     return row

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from bench.timing import copy_tbps, paired
+from bench.timing import copy_tbps, host_us, paired
 from kernels import arch
 from kernels.kda import flash_kda_fwd
 
@@ -135,18 +135,6 @@ def _plain_us(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def _host_us(fn) -> float:
-    """Enqueue time of a plain call: HOST_CALLS calls with no sync inside, over their count."""
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(HOST_CALLS):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / HOST_CALLS * 1e6
-
-
 def _timed(fn_a, fn_b, rounds: int) -> dict:
     """Graph-replayed ABBA timing of a against b; plain calls when either cannot be captured."""
     try:
@@ -174,7 +162,7 @@ def measure(shape: Shape, device, copy: float, rounds: int, chunk_kda) -> dict:
         tbps = shape.bytes / (us * 1e-6) / 1e12
         row[f"{who}_pct_copy"] = 100 * tbps / copy
     row.update(ours_plain_us=_plain_us(mine, PLAIN_CALLS), fla_plain_us=_plain_us(theirs, PLAIN_CALLS),
-               ours_host_us=_host_us(mine), fla_host_us=_host_us(theirs))
+               ours_host_us=host_us(mine, HOST_CALLS), fla_host_us=host_us(theirs, HOST_CALLS))
     return row
 
 

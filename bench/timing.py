@@ -10,6 +10,7 @@ cache state and launch overhead are shared.
 """
 
 import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -109,3 +110,16 @@ def copy_tbps(*, gib: int = 1, rounds: int = 20) -> float:
     del src, dst, graph
     torch.cuda.empty_cache()
     return 2 * n / (statistics.median(times) * 1e-3) / 1e12
+
+
+def host_us(fn, calls: int) -> float:
+    """Enqueue time of a plain call in us: `calls` calls with no sync inside, over their count
+    (one call and a sync first, so nothing earlier is still queued)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
