@@ -449,3 +449,21 @@ def test_gpu_varlen_call_is_captured_in_a_graph(cps):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o, want_o) and torch.equal(s, want_s)
+
+
+def test_state_slots_past_the_cache_are_clamped_in_the_kernel(monkeypatch):
+    """The host refuses bad slots; the kernels clamp them as well, so a call that got past the check
+    reads and writes only the cache's own slots: the guard slots around it stay as they were."""
+    monkeypatch.setattr(api, "_check_states", lambda *args: None)
+    cu = torch.tensor([0, 20, 50, 64], dtype=torch.int64, device=DEVICE)
+    q, k, v, g, beta = make_inputs(1, 64, 2, seed=21)
+    big = rand_state(7, 2, 64, 64, seed=22)
+    before = big.clone()
+    cache = big[1:6]
+    idx = torch.tensor([1 << 20, -5, 2], dtype=torch.int32, device=DEVICE)
+    has = torch.tensor([True, True, False], device=DEVICE)
+    o, _ = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, state_cache=cache, state_indices=idx,
+                         has_initial_state=has, out=nan_out(1, 64, 2, 64))
+    assert torch.isfinite(o).all()
+    assert torch.equal(big[0], before[0]) and torch.equal(big[6], before[6])
+    assert not torch.equal(big[5], before[5]) and not torch.equal(big[1], before[1])  # slots 4 and 0

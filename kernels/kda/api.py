@@ -308,7 +308,7 @@ def flash_kda_fwd(
     slot_idx = state_indices if state_indices is not None else unit_meta
     has_init = has_initial_state.to(torch.int32) if has_initial_state is not None else unit_meta
     state_args = (init, *init_strides)
-    cache_args = (cache, *cache_strides, slot_idx, has_init)
+    cache_args = (cache, *cache_strides, slot_idx, has_init, state_cache.shape[0] if state_cache is not None else 1)
 
     if nc:
         sc = _buffer(workspace, "scratch", (nc, heads, 3, CHUNK, dim_k), torch.float32, device)

@@ -39,7 +39,14 @@ INIT_PAGED = 2
 
 
 @triton.jit
-def _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr,
+def _slot(idx_ptr, n, n_slots):
+    """Sequence n's state slot, clamped to [0, n_slots): a bad index (the host checks them) reads
+    or writes a wrong slot of the cache, never memory outside it."""
+    return tl.minimum(tl.maximum(tl.load(idx_ptr + n).to(tl.int64), 0), n_slots - 1)
+
+
+@triton.jit
+def _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, n_slots,
                 n, h, v0, K: tl.constexpr, BV: tl.constexpr, INIT: tl.constexpr):
     """The [K, BV] block of sequence n's initial state (zeros when it has none)."""
     rk = tl.arange(0, K)
@@ -47,7 +54,7 @@ def _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_
     if INIT == 1:
         S = tl.load(init_ptr + n.to(tl.int64) * si_n + h * si_h + rk[:, None] * si_k + cv[None, :] * si_v)
     elif INIT == 2:
-        slot = tl.load(idx_ptr + n).to(tl.int64)
+        slot = _slot(idx_ptr, n, n_slots)
         S = tl.load(cache_ptr + slot * cs0 + h * cs1 + cv[None, :] * cs2 + rk[:, None])
         S = tl.where(tl.load(has_ptr + n) != 0, S, 0.0)
     else:
@@ -79,7 +86,7 @@ def kda_walk_kernel(
     o_ptr, so_b, so_t, so_h, chunk_meta_ptr, unit_meta_ptr,
     tiles_ptr, u_ptr, aqk_ptr, decay_ptr, sin_ptr,
     init_ptr, si_n, si_h, si_k, si_v, final_ptr, sf_n, sf_h, sf_k, sf_v,
-    cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, H,
+    cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, n_slots, H,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
     SEGMENTED: tl.constexpr, INIT: tl.constexpr, DENSE_OUT: tl.constexpr, PAGED: tl.constexpr,
     DOT: tl.constexpr,
@@ -98,7 +105,7 @@ def kda_walk_kernel(
     if SEGMENTED:
         S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])
     else:
-        S = _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr,
+        S = _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, n_slots,
                         n, h, v0, K, BV, INIT)
 
     for i in range(nch):
@@ -123,7 +130,7 @@ def kda_walk_kernel(
         if DENSE_OUT:
             tl.store(final_ptr + nn * sf_n + h * sf_h + rk[:, None] * sf_k + cv[None, :] * sf_v, S)
         if PAGED:
-            slot = tl.load(idx_ptr + nn).to(tl.int64)
+            slot = _slot(idx_ptr, nn, n_slots)
             tl.store(cache_ptr + slot * cs0 + h * cs1 + rk[:, None] + cv[None, :] * cs2, S)
 
 
@@ -153,7 +160,7 @@ def kda_transition_kernel(
 @triton.jit
 def kda_scan_kernel(
     seg_off_ptr, ms_ptr, sin_ptr,
-    init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, H,
+    init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, n_slots, H,
     K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, INIT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     n = tl.program_id(0)
@@ -163,7 +170,7 @@ def kda_scan_kernel(
     cv = v0 + tl.arange(0, BV)
     s0 = tl.load(seg_off_ptr + n)
     s1 = tl.load(seg_off_ptr + n + 1)
-    S = _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr,
+    S = _load_state(init_ptr, si_n, si_h, si_k, si_v, cache_ptr, cs0, cs1, cs2, idx_ptr, has_ptr, n_slots,
                     n, h, v0, K, BV, INIT)
     for i in range(s1 - s0):
         row = ((s0.to(tl.int64) + i) * H + h) * K + rk[:, None]
