@@ -139,6 +139,17 @@ def pow2_into(x, TOP: tl.constexpr):
 
 
 @triton.jit
+def head_dims(D: tl.constexpr, D_REAL: tl.constexpr):
+    """The cache dim each of a tile's D columns reads. Columns past a head size D_REAL read dim
+    D_REAL - 1 again: always inside the cache, and harmless, as the query is 0 in those columns
+    and their output is never stored. No `other` fill is needed, which sm90's fp8 loads refuse."""
+    dims = tl.arange(0, D)
+    if D_REAL != D:
+        dims = tl.minimum(dims, D_REAL - 1)
+    return dims
+
+
+@triton.jit
 def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
                 num_blocks, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
                 v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
@@ -150,11 +161,10 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     The tile is BLOCK_N // CHUNK chunks of CHUNK keys; a chunk never crosses a cache block, so
     its block id is read once and its keys sit one stride apart (the vector axis of the loads).
     TAIL: the tile reaches past the sequence end, where unused slots may hold NaN bytes.
-    D is the tile's width, a power of two; a head size D_REAL below it leaves dims D_REAL.. unread (0).
+    D is the tile's width, a power of two; see head_dims for a head size D_REAL below it.
     """
     NC: tl.constexpr = BLOCK_N // CHUNK
     lanes = tl.arange(0, CHUNK)
-    dims = tl.arange(0, D)
     keys = start + tl.arange(0, BLOCK_N)
     key_ok = (keys >= kv_lo) & (keys < part_hi)
     first = start + tl.arange(0, NC) * CHUNK
@@ -166,10 +176,7 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
 
     k_base = page * k_blk + kvh * k_head + slot * k_slo
     k_off = k_base[:, None, None] + lanes[None, :, None] * k_slo + k_dim_off[None, None, :]
-    if D_REAL == D:
-        k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
-    else:
-        k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None] & (dims < D_REAL)[None, None, :], other=0)
+    k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
     k = tl.trans(tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D]))
     s = tl.dot(q, k) * qk_scale[:, None]
     if PER_TOKEN_SCALE:
@@ -186,11 +193,8 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     l_i = l_i * alpha + tl.sum(p, axis=1)
 
     v_base = page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo
-    v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + dims[None, None, :] * v_dlo
-    if D_REAL == D:
-        v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
-    else:
-        v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None] & (dims < D_REAL)[None, None, :], other=0)
+    v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + head_dims(D, D_REAL)[None, None, :] * v_dlo
+    v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
     v = tl.reshape(to_dot(v, FP8_MODE, DOT), [BLOCK_N, D])
     if TAIL:
         # Unused slots past the sequence end may hold NaN bytes: their p is 0, but 0 * NaN is NaN.
@@ -281,7 +285,8 @@ def decode_partition_kernel(
     m_i = tl.full([M_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([M_PAD], tl.float32)
     acc = tl.zeros([M_PAD, D], tl.float32)
-    k_dim_off = (dims // K_DX) * k_dhi + (dims % K_DX) * k_dlo
+    cols = head_dims(D, D_REAL)
+    k_dim_off = (cols // K_DX) * k_dhi + (cols % K_DX) * k_dlo
 
     # Tiles that end at or before the sequence end; then at most one tail tile.
     table_hi = ((kv_hi + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
