@@ -4,7 +4,8 @@
 cache key on each call: tens of microseconds of host time for a kernel with
 forty arguments. `launch` keys the compiled kernel on what Triton itself
 specializes on, and after the first launch of a specialization (which goes
-through the JIT and compiles it) calls that kernel's launcher directly.
+through the JIT and compiles it) calls that kernel's launcher directly. A
+`Bound` launch computes the part of that key its fixed arguments decide once.
 
 What Triton specializes an argument on: a tensor's dtype and whether its
 address is a multiple of 16 (on AMD, also whether its storage lies within
@@ -71,25 +72,48 @@ def _spec(value):
     return type(value), value
 
 
+class Bound:
+    """A launch whose grid, trailing host arguments, constexprs and options are fixed: calling it
+    with the leading (tensor) arguments launches fn[grid](*tensors, *tail, **constexprs, **options).
+
+    Everything of the key but the tensors' dtypes and alignments is computed once, here, so
+    an entry that keeps a Bound per argument signature pays only for those on each call.
+    """
+
+    __slots__ = ("fn", "grid", "tail", "constexprs", "options", "_head", "_grid3", "_trailing")
+
+    def __init__(self, fn, grid: tuple, tail: tuple, constexprs: dict, options: dict):
+        self.fn, self.grid, self.tail = fn, tuple(grid), tuple(tail)
+        self.constexprs, self.options = dict(constexprs), dict(options)
+        self._head = (fn, *self.options.items(), *self.constexprs.values(), *map(_spec, self.tail))
+        self._grid3 = (*self.grid, 1, 1)[:3]
+        self._trailing = None  # constexpr values in fn's parameter order, known at the first launch
+
+    def __call__(self, *tensors) -> None:
+        args = (*tensors, *self.tail)
+        if _RECORDING:
+            _RECORDING[-1].append(Launch(self.fn, self.grid, args, dict(self.constexprs), dict(self.options)))
+            return
+        if arch.interpreting():
+            self.fn[self.grid](*args, **self.constexprs, **self.options)
+            return
+        key = (self._head, torch.cuda.current_device(), *map(_spec, tensors))
+        compiled = _COMPILED.get(key)
+        if compiled is None:
+            compiled = self.fn[self.grid](*args, **self.constexprs, **self.options)
+            if len(_COMPILED) > 4096:
+                _COMPILED.clear()
+            _COMPILED[key] = compiled
+            return
+        if self._trailing is None:
+            self._trailing = tuple(self.constexprs[name] for name in self.fn.arg_names[len(args):])
+        compiled[self._grid3](*args, *self._trailing)
+
+
 def launch(fn, grid: tuple, args: tuple, constexprs: dict, **options) -> None:
     """fn[grid](*args, **constexprs, **options), on the current device and stream.
 
     `args` are fn's leading parameters in order; `constexprs` name all the others; `options` are
     Triton's launch options (num_warps, num_stages, maxnreg, waves_per_eu).
     """
-    if _RECORDING:
-        _RECORDING[-1].append(Launch(fn, tuple(grid), tuple(args), dict(constexprs), dict(options)))
-        return
-    if arch.interpreting():
-        fn[grid](*args, **constexprs, **options)
-        return
-    key = (fn, torch.cuda.current_device(), *options.items(), *constexprs.values(), *map(_spec, args))
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        compiled = fn[grid](*args, **constexprs, **options)
-        if len(_COMPILED) > 4096:
-            _COMPILED.clear()
-        _COMPILED[key] = compiled
-        return
-    names = fn.arg_names[len(args):]
-    compiled[(*grid, 1, 1)[:3]](*args, *(constexprs[name] for name in names))
+    Bound(fn, grid, (), constexprs, options)(*args)

@@ -9,8 +9,9 @@ dequantized from the cache. Rows that see no key, and sequences of length 0,
 give zeros.
 """
 
+import dataclasses
 import math
-from dataclasses import dataclass
+import os
 
 import torch
 import triton.language as tl
@@ -118,7 +119,7 @@ def _tensor_key(t):
     return type(t), t if t is None or isinstance(t, (int, float, str)) else id(t)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Call:
     """What the checks of one argument signature found, and what the launch needs from them."""
 
@@ -139,9 +140,14 @@ class _Call:
     strides: tuple  # out (3), query (3), block_tables (1)
     fp8_bits: bool  # the caches are read as their uint8 codes
     constexprs: dict
+    partition: _launch.Bound | None = None  # from _bound: the launches of this signature
+    reduce: _launch.Bound | None = None
+    workspace: tuple | None = None  # (m and l shape, acc shape) of the split's scratch
 
 
 _CALLS: dict = {}
+# Environment the plan reads (kernels.arch.cu_count, kernels.paged_decode.plan.split_archs).
+_PLAN_ENV = ("CU_NUM", "QUANTFLOOR_SPLIT_ARCH", "TRITON_INTERPRET")
 
 
 def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -181,7 +187,9 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     key = (*map(_tensor_key, (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)),
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
            type(partition_size), partition_size, type(force_split), force_split, type(workspace),
-           _arch.planned_target())
+           _arch.planned_target(), *map(os.environ.get, _PLAN_ENV),
+           # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
+           _partition, _reduce, _plan, _tuning, _arch)
     call = _CALLS.get(key)
     if call is None:
         call = _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
@@ -195,50 +203,55 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     if call.num_seqs == 0:
         return out
 
-    device = call.device
     if call.fp8_bits:
         key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
-    ks, vs = _scale_tensor(k_scale, device), _scale_tensor(v_scale, device)
-    num_seqs, num_kv_heads, head_dim, kgeo, vgeo = call.num_seqs, call.num_kv_heads, call.head_dim, call.kgeo, call.vgeo
+    ks, vs = _scale_tensor(k_scale, call.device), _scale_tensor(v_scale, call.device)
+    if call.reduce is not None:
+        store = workspace if workspace is not None else _workspace.default_store(call.device)
+        m_ws, l_ws, acc_ws = _workspace.acquire(store, call.device, *call.workspace)
+    else:
+        m_ws = l_ws = acc_ws = out
+    with _arch.on_device(call.device):
+        call.partition(out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs, m_ws, l_ws, acc_ws)
+        if call.reduce is not None:
+            call.reduce(out, m_ws, l_ws, acc_ws)
+    return out
+
+
+def _bound(call: "_Call", scale, window, partition_size, force_split, table_width) -> dict:
+    """The plan of a checked signature and its launches: the partition kernel, the reduce (split
+    only) and the workspace shapes it takes; the same for every call of the signature."""
+    device, num_seqs, num_kv_heads, head_dim = call.device, call.num_seqs, call.num_kv_heads, call.head_dim
+    kgeo, vgeo, common = call.kgeo, call.vgeo, call.constexprs
     plan = _plan.plan_decode(
         num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=call.max_seq_len, num_queries=call.num_q,
-        window=sliding_window, block_size=call.block_size, partition_size=partition_size,
+        window=window, block_size=call.block_size, partition_size=partition_size,
         cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split,
         group=call.group, head_dim=head_dim)
     rows = call.group * call.num_q
-    if plan.split:
-        store = workspace if workspace is not None else _workspace.default_store(device)
-        m_ws, l_ws, acc_ws = _workspace.acquire(
-            store, device, (num_seqs, num_kv_heads, plan.p2, rows), (num_seqs, num_kv_heads, plan.p2, rows, head_dim))
-    else:
-        m_ws = l_ws = acc_ws = out
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
-    common = call.constexprs
     launch = _tuning.config(_arch.arch_name(device), head_dim, plan.m_pad)
     programs = num_kv_heads * plan.row_tiles  # grid axis 1: (kv head, row tile)
-    with _arch.on_device(device):
-        _launch.launch(_partition.decode_partition_kernel, (num_seqs, programs, plan.n_part), (
-            out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs,
-            m_ws, l_ws, acc_ws,
-            float(scale), sliding_window, plan.part_size, call.num_blocks, block_tables.shape[1] * call.block_size,
-            *call.strides,
-            kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
-            vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
-            *call.ks_st, *call.vs_st, *ws_strides),
-            dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad,
-                 ROW_TILES=plan.row_tiles, D=_plan.pow2_at_least(head_dim), D_REAL=head_dim,
-                 BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
-                 # keys that share a cache block and sit one stride apart in both caches
-                 CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
-                 V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
-                 SPLIT=plan.split),
-            num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options)
-        if plan.split:
-            _launch.launch(_reduce.decode_reduce_kernel, (num_seqs, programs), (
-                out, m_ws, l_ws, acc_ws, plan.n_part, *call.strides[:3], *ws_strides),
-                dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
-                     D=_plan.pow2_at_least(head_dim), D_REAL=head_dim), num_warps=4, num_stages=1)
-    return out
+    tile = dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
+                D=_plan.pow2_at_least(head_dim), D_REAL=head_dim)
+    partition = _launch.Bound(_partition.decode_partition_kernel, (num_seqs, programs, plan.n_part), (
+        float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
+        *call.strides,
+        kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
+        vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
+        *call.ks_st, *call.vs_st, *ws_strides),
+        dict(**tile, BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
+             # keys that share a cache block and sit one stride apart in both caches
+             CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
+             V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
+             SPLIT=plan.split),
+        dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
+    if not plan.split:
+        return dict(partition=partition, reduce=None, workspace=None)
+    reduce = _launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs),
+                           (plan.n_part, *call.strides[:3], *ws_strides), tile, dict(num_warps=4, num_stages=1))
+    ml_shape = (num_seqs, num_kv_heads, plan.p2, rows)
+    return dict(partition=partition, reduce=reduce, workspace=(ml_shape, (*ml_shape, head_dim)))
 
 
 def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
@@ -316,9 +329,13 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
     fp8_dot = _tuning.tuning(_arch.arch_name(device)).fp8_dot if _arch.fp8_format(key_cache.dtype) else None
     constexprs = dict(G=group, Q=num_q, FP8_MODE=fp8_mode,
                       DOT=tl.float16 if fp8_dot == "fp16" else _TL[dot_dtype(query.dtype, device)])
-    return _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
+    call = _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
                  per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,
                  strides=(*o4.stride()[:3], *q4.stride()[:3], block_tables.stride(0)),
                  fp8_bits=fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ),
                  constexprs=constexprs)
+    if num_seqs == 0:
+        return call
+    return dataclasses.replace(call, **_bound(call, scale, sliding_window, partition_size, force_split,
+                                              block_tables.shape[1]))

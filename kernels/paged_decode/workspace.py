@@ -9,7 +9,9 @@ partition row) and "acc" (their accumulators), plus bookkeeping:
   "acc" instead of writing past it);
 - buffers only grow, and a replaced buffer stays referenced in "retired",
   because a captured CUDA graph may still point at it;
-- "allocations" counts the calls that had to allocate, for tests to read.
+- "allocations" counts the calls that had to allocate, for tests to read;
+- "views" keeps the views handed out, by shape, until a buffer is replaced, so a
+  call of a shape seen before costs a dict lookup.
 
 Calls in flight on two streams must not share scratch, so the default stores
 are keyed by (device, stream). The partition dim of the views is rounded up
@@ -39,10 +41,15 @@ def _replace(store: dict, name: str, device: torch.device, numel: int) -> None:
     if old is not None:
         store.setdefault("retired", []).append(old)
     store[name] = torch.empty(numel, dtype=torch.float32, device=device)
+    store["views"] = {}
 
 
 def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple):
     """Views (m, l, acc) of shapes ml_shape, ml_shape, acc_shape from `store`."""
+    key = (device, ml_shape, acc_shape)
+    views = store.get("views", {}).get(key)
+    if views is not None:
+        return views
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -56,11 +63,13 @@ def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple
                 _replace(store, name, device, numel)
     half = ml_numel // 2
     ml = store["ml"]
-    return (
+    views = (
         ml[:half].view(ml_shape),
         ml[half:ml_numel].view(ml_shape),
         store["acc"][:acc_numel].view(acc_shape),
     )
+    store.setdefault("views", {})[key] = views
+    return views
 
 
 def _numel(shape: tuple) -> int:
