@@ -1,9 +1,14 @@
 """The declared decode matrix, and its cut per tier.
 
 Factors: cache dtype x scales x block x heads (Hq, Hkv) x D x window x layout
-x length x Q x value distribution (cases.decode_values). Each row runs through
-every kernel path (one-pass; split forced, planned for a 256-CU part; auto,
-with the device's own CU count). Lengths are named relative to the block and
+x length x Q x value distribution (cases.decode_values) x the CU count the
+one-pass and forced-split paths plan for. Each row runs through every kernel
+path (one-pass; split forced; auto, with the device's own CU count). Every
+case holds two sequences, so on 256 CUs the planner spreads their query rows
+over many programs (the query split, 16-row tiles) and a split over many
+partitions; on 1 CU it keeps whole row tiles (up to 64 rows, as a device full
+of sequences runs) and two partitions. Without the 1-CU rows no GPU would run
+the wide row tiles at all. Lengths are named relative to the block and
 the window (`w-1`, `bs+1`, ...) and resolved per row; each case holds a
 second, shorter sequence so that per-sequence indexing is always exercised.
 
@@ -40,13 +45,12 @@ FACTORS = {
     "length": ("0", "1", "bs-1", "bs", "bs+1", "w-1", "w", "w+1", "long"),
     "q": (1, 2, 4, 8),
     "dist": DISTS,
+    # CU_NUM of the one-pass and forced-split paths: 256 splits long contexts 4 to 32 ways on
+    # every device, the interpreter's single "CU" included; 1 keeps whole row tiles (docstring).
+    "cus": (256, 1),
 }
-# The factors the long tier takes whole, every row with gauss values.
-SHAPE_FACTORS = {name: values for name, values in FACTORS.items() if name != "dist"}
-
-# Forced-split cases plan for this many CUs (a 256-CU part), so long contexts
-# run 4 to 32 partitions on every device, the interpreter's single "CU" included.
-SPLIT_CU = 256
+# The factors the long tier takes whole, every row with gauss values and 256 CUs.
+SHAPE_FACTORS = {name: values for name, values in FACTORS.items() if name not in ("dist", "cus")}
 # Without a window, "w" stands for this many keys (a tile boundary).
 NOMINAL_WINDOW = 64
 LONG = {"cpu": None, "gpu": 8193, "long": 65537}
@@ -82,7 +86,7 @@ def _case(row: dict, tier: str, path: str) -> DecodeCase:
     hq, hkv = row["heads"]
     return DecodeCase(cache=row["cache"], scales=row["scales"], block=row["block"], hq=hq, hkv=hkv,
                       d=row["d"], window=row["window"], lens=(length, length // 3 + 1), q=row["q"],
-                      layout=row["layout"], path=path, cu=SPLIT_CU if path == "split" else 0,
+                      layout=row["layout"], path=path, cu=0 if path == "auto" else row["cus"],
                       dist=row["dist"])
 
 
@@ -90,11 +94,12 @@ def matrix_rows(tier: str) -> list[dict]:
     """The rows of a tier (module docstring), each with every factor of FACTORS."""
     if tier in ("cpu", "gpu"):
         return [dict(row) for row in _covering(2 if tier == "cpu" else 3)]
-    rows = [dict(row, dist="gauss") for row in matrix.product(SHAPE_FACTORS) if defined(dict(row, dist="gauss"))]
+    rows = [dict(row, dist="gauss", cus=FACTORS["cus"][0])
+            for row in matrix.product(SHAPE_FACTORS) if defined(dict(row, dist="gauss"))]
     for dist in DISTS[1:]:
         caches = tuple(c for c in FACTORS["cache"] if defined({"cache": c, "d": 64, "dist": dist}))
         rows += [dict(row, dist=dist) for row in matrix.all_pairs(
-            dict(SHAPE_FACTORS, cache=caches), constraint=lambda row, dist=dist: defined(dict(row, dist=dist)),
+            dict(SHAPE_FACTORS, cache=caches, cus=FACTORS["cus"]), constraint=lambda row, dist=dist: defined(dict(row, dist=dist)),
             reads=("cache", "d"))]
     return rows
 

@@ -235,8 +235,8 @@ def test_timeout_must_be_positive_seconds(value, capsys):
 
 # Two cases: with window-off-by-one planted the w1 one fails, the w0 one passes.
 PLANTED = "L0_1 q4 onepass"
-PLANTED_FAIL = "decode-bf16-token-b16-hq32-hkv8-d128-w1-L0_1-q4-shuffled-scalespread-onepass"
-PLANTED_PASS = "decode-e4m3fn-tensor-b32-hq16-hkv16-d256-w0-L0_1-q4-shuffled-scalespread-onepass"
+PLANTED_FAIL = "decode-e4m3fn-tensor-b16-hq8-hkv1-d128-w1-L0_1-q4-shuffled-flat-cu1-onepass"
+PLANTED_PASS = "decode-e4m3fnuz-tensor-b64-hq32-hkv2-d512-w4096-L0_1-q4-shuffled-scalespread-cu256-onepass"
 
 
 def test_a_run_with_a_planted_failure_writes_page_markdown_pictures_and_junit(tmp_path, capsys):

@@ -215,12 +215,15 @@ def _factor_value(case, name):
         return (case.hq, case.hkv)
     if name == "length":
         return case.lens[0]
+    if name == "cus":
+        return case.cu
     return getattr(case, name)
 
 
 def test_cpu_tier_pairs_every_distribution_with_every_factor_value():
     cases = decode_matrix("cpu")
-    seen = {(case.dist, name, _factor_value(case, name)) for case in cases for name in FACTORS if name != "dist"}
+    seen = {(case.dist, name, _factor_value(case, name)) for case in cases for name in FACTORS if name != "dist"
+            and not (name == "cus" and case.path == "auto")}  # auto plans for the device's own CUs
     for dist in FACTORS["dist"]:
         for name, values in FACTORS.items():
             if name in ("dist", "length"):
@@ -290,12 +293,13 @@ def test_gpu_tier_holds_every_value_triple_of_the_matrix():
 
 def test_long_tier_is_the_product_plus_every_distribution():
     rows = matrix_rows("long")
-    gauss = [{k: v for k, v in row.items() if k != "dist"} for row in rows if row["dist"] == "gauss"]
+    gauss = [{k: v for k, v in row.items() if k not in ("dist", "cus")} for row in rows if row["dist"] == "gauss"]
     assert gauss == [row for row in product(SHAPE_FACTORS) if defined(dict(row, dist="gauss"))], \
         "the product (less D 1024 in a bf16 cache) comes first, in its order"
+    assert {row["cus"] for row in rows if row["dist"] == "gauss"} == {256}
     for dist in DISTS[1:]:
         cut = [{k: v for k, v in row.items() if k != "dist"} for row in rows if row["dist"] == dist]
         allowed = lambda row, dist=dist: defined(dict(row, dist=dist))  # noqa: E731
         # every pair of the other factors, so every (dist, value, value) triple the pair allows
-        assert covers_all_pairs(cut, SHAPE_FACTORS, allowed, reads=("cache", "d")), dist
+        assert covers_all_pairs(cut, dict(SHAPE_FACTORS, cus=FACTORS["cus"]), allowed, reads=("cache", "d")), dist
         assert 9 * 4 <= len(cut) < 60
