@@ -21,9 +21,10 @@ other factors with `gauss` values, and for each other distribution the
 all-pairs cut of the other factors with that distribution fixed, at long
 contexts.
 
-Two pairs are undefined and left out (`defined`): D 1024 in a bf16 cache
-(the kernel takes D 1024 with fp8 caches only), and subnormal values in a bf16
-cache. bf16 has no codes that are subnormal under a scale, and its own
+Three combinations are undefined and left out (`defined`): D 1024 in a bf16
+cache (the kernel takes D 1024 with fp8 caches only), `peaked` values with
+more query rows a kv head ((Hq/Hkv) * Q) than channels D (each row owns one),
+and subnormal values in a bf16 cache. bf16 has no codes that are subnormal under a scale, and its own
 subnormals (below 2^-126) load as zero under the Triton interpreter (triton
 3.x), so no CPU run could judge them.
 """
@@ -70,14 +71,19 @@ def resolve_length(name: str, block: int, window: int, tier: str) -> int:
     return int(name)
 
 
-READS = ("cache", "d", "dist")  # the factors `defined` reads
+READS = ("cache", "d", "dist", "heads", "q")  # the factors `defined` reads
 
 
 def defined(row: dict) -> bool:
-    """False for the undefined pairs: subnormal values in a bf16 cache, and D 1024 in a bf16 cache
-    (the kernel takes D 1024 with fp8 caches only) (module docstring)."""
+    """False for the undefined combinations: subnormal values in a bf16 cache, D 1024 in a bf16
+    cache (the kernel takes D 1024 with fp8 caches only), and `peaked` values with more query rows
+    a kv head than channels (each row owns a channel) (module docstring)."""
     if row["cache"] == "bf16" and row.get("d") == 1024:
         return False
+    if row.get("dist") == "peaked" and all(name in row for name in ("heads", "q", "d")):
+        hq, hkv = row["heads"]
+        if hq // hkv * row["q"] > row["d"]:
+            return False
     return not (row.get("dist") == "subnormal" and row["cache"] == "bf16")
 
 
@@ -99,8 +105,9 @@ def matrix_rows(tier: str) -> list[dict]:
     for dist in DISTS[1:]:
         caches = tuple(c for c in FACTORS["cache"] if defined({"cache": c, "d": 64, "dist": dist}))
         rows += [dict(row, dist=dist) for row in matrix.all_pairs(
-            dict(SHAPE_FACTORS, cache=caches, cus=FACTORS["cus"]), constraint=lambda row, dist=dist: defined(dict(row, dist=dist)),
-            reads=("cache", "d"))]
+            dict(SHAPE_FACTORS, cache=caches, cus=FACTORS["cus"]),
+            constraint=lambda row, dist=dist: defined(dict(row, dist=dist)),
+            reads=tuple(name for name in READS if name != "dist"))]
     return rows
 
 

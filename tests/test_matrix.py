@@ -301,5 +301,12 @@ def test_long_tier_is_the_product_plus_every_distribution():
         cut = [{k: v for k, v in row.items() if k != "dist"} for row in rows if row["dist"] == dist]
         allowed = lambda row, dist=dist: defined(dict(row, dist=dist))  # noqa: E731
         # every pair of the other factors, so every (dist, value, value) triple the pair allows
-        assert covers_all_pairs(cut, dict(SHAPE_FACTORS, cus=FACTORS["cus"]), allowed, reads=("cache", "d")), dist
+        assert covers_all_pairs(cut, dict(SHAPE_FACTORS, cus=FACTORS["cus"]), allowed,
+                                reads=("cache", "d", "heads", "q")), dist
         assert 9 * 4 <= len(cut) < 60
+
+def test_no_tier_asks_peaked_values_of_more_rows_than_channels():
+    """`peaked` gives each query row of a kv head its own channel: a row set wider than D cannot be drawn."""
+    for tier in ("cpu", "gpu", "long"):
+        wide = [case.id for case in decode_matrix(tier) if case.dist == "peaked" and case.hq // case.hkv * case.q > case.d]
+        assert not wide, (tier, wide[:3])
