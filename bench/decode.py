@@ -175,6 +175,12 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
     calls = len(sets) * math.ceil(10 / len(sets))
     fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False), "split": _decode(sets, True),
            "auto again": _decode(sets, None), "sdpa": _sdpa(shape, device, len(sets))}
+    refused = None
+    if baseline is not None:
+        try:  # a base that predates a shape (a head size, a block size) refuses it by name
+            _decode(sets[:1], None, baseline.paged_attention_decode)()
+        except (TypeError, ValueError) as exc:
+            baseline, refused = None, str(exc)
     if baseline is not None:
         fns["baseline"] = _decode(sets, None, baseline.paged_attention_decode)
     timed = interleaved(fns, calls=calls, rounds=rounds)
@@ -186,6 +192,8 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
         row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), tbps=tbps, pct_copy=100 * tbps / copy)
     row["best_path"] = min(("one-pass", "split", "auto"), key=lambda n: row[n]["us"])
     row["sdpa_over_auto"] = row["sdpa"]["us"] / row["auto"]["us"]
+    if refused is not None:
+        row["baseline_refused"] = refused
     if baseline is not None:
         row["auto_over_baseline"] = row["auto"]["us"] / row["baseline"]["us"]
         row["baseline_host_us"] = host_us(_decode(sets[:1], None, baseline.paged_attention_decode), HOST_CALLS)
@@ -203,7 +211,8 @@ def _print_row(row: dict) -> None:
           f"{row['auto again']['spread'][1]:.3f})"
           + (f"  baseline {row['baseline']['us']:.1f} us, auto/baseline {row['auto_over_baseline']:.3f}, "
              f"host {row['baseline_host_us']:.1f} us, max |diff| {row['largest_difference']:.3g}"
-             if "baseline" in row else ""), flush=True)
+             if "baseline" in row else "")
+          + (f"  baseline refused it: {row['baseline_refused']}" if "baseline_refused" in row else ""), flush=True)
 
 
 def sweep(device, rounds: int) -> list:
@@ -313,15 +322,20 @@ def main(argv=None) -> int:
             row = measure(shape, device, copy, args.rounds, base)
             _print_row(row)
             rows.append(row)
+            _write(args.json, head, copy, rows)  # after every row: a run cut short keeps its rows
             torch.cuda.empty_cache()
         if args.png:
             picture = roofline(rows, copy, args.png)
             if picture:
                 print(f"roofline: {picture}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
+    _write(args.json, head, copy, rows)
     return 0
+
+
+def _write(path, head: str, copy: float, rows: list) -> None:
+    if path:
+        with open(path, "w") as fh:
+            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":
