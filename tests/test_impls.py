@@ -63,7 +63,7 @@ def test_declared_capabilities_skip_and_count(tmp_path, capsys):
 
 def test_the_torch_baseline_passes_the_gate(tmp_path, capsys):
     report = tmp_path / "t.json"
-    assert cli.main(["run", "--tier", "cpu", "-k", "q4 auto", "--impl", "torch", "--json", str(report)]) == 0
+    assert cli.main(["run", "--tier", "cpu", "-k", "q4 auto tensor", "--impl", "torch", "--json", str(report)]) == 0
     verdicts = json.loads(report.read_text())["verdicts"]
     assert sum(not v["skipped"] for v in verdicts) >= 4
 
