@@ -26,7 +26,6 @@ picture (needs matplotlib, the `plot` extra).
 import argparse
 import dataclasses
 import itertools
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import torch
 import triton
 
 from bench import baseline
+from bench.results import write_json
 from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
 from kernels import arch
@@ -322,20 +322,14 @@ def main(argv=None) -> int:
             row = measure(shape, device, copy, args.rounds, base)
             _print_row(row)
             rows.append(row)
-            _write(args.json, head, copy, rows)  # after every row: a run cut short keeps its rows
+            write_json(args.json, head, copy, rows)
             torch.cuda.empty_cache()
         if args.png:
             picture = roofline(rows, copy, args.png)
             if picture:
                 print(f"roofline: {picture}")
-    _write(args.json, head, copy, rows)
+    write_json(args.json, head, copy, rows)
     return 0
-
-
-def _write(path, head: str, copy: float, rows: list) -> None:
-    if path:
-        with open(path, "w") as fh:
-            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

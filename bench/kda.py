@@ -24,7 +24,6 @@ extra (`pip install -e .[fla]`); without it the bench stops and says so.
 """
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from bench.results import write_json
 from bench.timing import copy_tbps, host_us, paired
 from kernels import arch
 from kernels.kda import flash_kda_fwd
@@ -202,9 +202,7 @@ def main(argv=None) -> int:
             rows.append(measure(shape, device, copy, args.rounds, chunk_kda))
             _print_row(rows[-1])
             torch.cuda.empty_cache()
-            if args.json:  # after every row, so a run cut short keeps what it measured
-                with open(args.json, "w") as fh:
-                    json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
+            write_json(args.json, head, copy, rows)
     return 0
 
 

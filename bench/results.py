@@ -1,0 +1,11 @@
+"""The JSON a bench writes: its header, the copy bandwidth it measured, and its rows so far."""
+
+import json
+
+
+def write_json(path, head: str, copy: float, rows: list) -> None:
+    """Write {header, copy_tbps, rows} to `path` (nothing when path is None). The benches call it
+    after every row, so a run cut short keeps what it measured."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump({"header": head, "copy_tbps": copy, "rows": rows}, fh, indent=1)
