@@ -267,3 +267,34 @@ def test_head_size_1024_needs_an_fp8_cache():
     with pytest.raises(ValueError, match=r"^query: head size D 1024 takes an fp8 cache"):
         paged_attention_decode(torch.empty_like(query), query, cache, cache, tables, lens, 0.03, None, None, 0,
                                layout="plain")
+
+
+def _meta_launches(force_split):
+    """The launches one decode call on meta tensors records for sm90 (132 CUs): 2 sequences of 8192
+    keys, GQA 8 x MTP 4 (32 query rows a kv head), 2 kv heads, D 128, fp8 per-token."""
+    from kernels import launch
+
+    m = torch.device("meta")
+    q = torch.empty(2, 4, 16, 128, dtype=torch.bfloat16, device=m)
+    kc = torch.empty(1024, 2, 8, 16, 16, dtype=torch.float8_e4m3fn, device=m)
+    vc = torch.empty(1024, 2, 1, 128, 16, dtype=torch.float8_e4m3fn, device=m)
+    scales = torch.empty(1024, 2, 16, device=m)
+    with arch.planned("sm90", 132), launch.recorded() as calls:
+        paged_attention_decode(torch.empty_like(q), q, kc, vc, torch.empty(2, 512, dtype=torch.int32, device=m),
+                               torch.empty(2, dtype=torch.int32, device=m), 0.088, scales, scales, 0,
+                               max_seq_len=8192, force_split=force_split)
+    return calls
+
+
+def test_a_signature_is_planned_again_when_the_environment_the_plan_reads_changes(monkeypatch):
+    """The entry keeps each argument signature's plan; CU_NUM and QUANTFLOOR_SPLIT_ARCH belong to it."""
+    monkeypatch.setenv("CU_NUM", "1")
+    whole = _meta_launches(False)[0]
+    monkeypatch.setenv("CU_NUM", "256")
+    spread = _meta_launches(False)[0]
+    assert (whole.constexprs["M_PAD"], whole.grid[1]) == (32, 2)  # one 32-row tile a kv head
+    assert (spread.constexprs["M_PAD"], spread.grid[1]) == (16, 4)  # the query split: two 16-row tiles
+    monkeypatch.delenv("CU_NUM")
+    assert len(_meta_launches(None)) == 2  # sm90 splits: partition + reduce
+    monkeypatch.setenv("QUANTFLOOR_SPLIT_ARCH", "gfx950")
+    assert len(_meta_launches(None)) == 1
