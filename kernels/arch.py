@@ -87,8 +87,13 @@ def _index(device: torch.device) -> int:
 def on_device(device: torch.device):
     """A context in which `device` is the current one. Triton launches on the current device
     and its current stream, so a kernel given tensors on cuda:1 while cuda:0 is current must
-    be launched inside this (elsewhere it does nothing)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    be launched inside this (elsewhere it does nothing; entering it then costs nothing)."""
+    if device.type != "cuda" or device.index == torch.cuda.current_device():
+        return _NOTHING
+    return torch.cuda.device(device)
+
+
+_NOTHING = contextlib.nullcontext()
 
 
 def on_first_tensors_device(entry):

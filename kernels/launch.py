@@ -76,38 +76,49 @@ class Bound:
     """A launch whose grid, trailing host arguments, constexprs and options are fixed: calling it
     with the leading (tensor) arguments launches fn[grid](*tensors, *tail, **constexprs, **options).
 
-    Everything of the key but the tensors' dtypes and alignments is computed once, here, so
-    an entry that keeps a Bound per argument signature pays only for those on each call.
+    Everything of the key but the leading arguments' specializations is computed once, here,
+    and each compiled specialization's launcher for this grid is kept by that part alone, so an
+    entry that keeps a Bound per argument signature pays, on each call, for the current device,
+    the leading arguments' dtypes and alignments, and Triton's launcher.
     """
 
-    __slots__ = ("fn", "grid", "tail", "constexprs", "options", "_head", "_grid3", "_trailing")
+    __slots__ = ("fn", "grid", "tail", "constexprs", "options", "_head", "_grid3", "_interpreted", "_runners",
+                 "_trailing")
 
     def __init__(self, fn, grid: tuple, tail: tuple, constexprs: dict, options: dict):
         self.fn, self.grid, self.tail = fn, tuple(grid), tuple(tail)
         self.constexprs, self.options = dict(constexprs), dict(options)
         self._head = (fn, *self.options.items(), *self.constexprs.values(), *map(_spec, self.tail))
         self._grid3 = (*self.grid, 1, 1)[:3]
-        self._trailing = None  # constexpr values in fn's parameter order, known at the first launch
+        self._interpreted = arch.interpreting()
+        self._runners: dict = {}  # (device, leading specs) -> the compiled kernel's launcher for this grid
+        self._trailing = None  # tail, then the constexpr values in fn's parameter order (first launch)
 
     def __call__(self, *tensors) -> None:
-        args = (*tensors, *self.tail)
         if _RECORDING:
-            _RECORDING[-1].append(Launch(self.fn, self.grid, args, dict(self.constexprs), dict(self.options)))
+            _RECORDING[-1].append(Launch(self.fn, self.grid, (*tensors, *self.tail), dict(self.constexprs),
+                                         dict(self.options)))
             return
-        if arch.interpreting():
-            self.fn[self.grid](*args, **self.constexprs, **self.options)
+        if self._interpreted:
+            self.fn[self.grid](*tensors, *self.tail, **self.constexprs, **self.options)
             return
-        key = (self._head, torch.cuda.current_device(), *map(_spec, tensors))
-        compiled = _COMPILED.get(key)
+        key = (torch.cuda.current_device(), *map(_spec, tensors))
+        runner = self._runners.get(key)
+        if runner is not None:
+            runner(*tensors, *self._trailing)
+            return
+        args = (*tensors, *self.tail)
+        compiled = _COMPILED.get((self._head, key))
         if compiled is None:
             compiled = self.fn[self.grid](*args, **self.constexprs, **self.options)
             if len(_COMPILED) > 4096:
                 _COMPILED.clear()
-            _COMPILED[key] = compiled
+            _COMPILED[(self._head, key)] = compiled
             return
         if self._trailing is None:
-            self._trailing = tuple(self.constexprs[name] for name in self.fn.arg_names[len(args):])
-        compiled[self._grid3](*args, *self._trailing)
+            self._trailing = (*self.tail, *(self.constexprs[name] for name in self.fn.arg_names[len(args):]))
+        runner = self._runners[key] = compiled[self._grid3]
+        runner(*tensors, *self._trailing)
 
 
 def launch(fn, grid: tuple, args: tuple, constexprs: dict, **options) -> None:
