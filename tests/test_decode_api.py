@@ -81,6 +81,17 @@ def test_plan_caps_partitions_but_covers_every_key():
     assert p.p2 == 4
 
 
+def test_plan_puts_few_rows_in_the_mmas_n_where_the_config_does():
+    common = dict(num_kv_heads=8, max_seq_len=8192, num_queries=1, window=4096, block_size=16, partition_size=256,
+                  cu=132, arch="sm90", force_split=None, group=4, head_dim=128)
+    full = decode_plan.plan_decode(num_seqs=64, **common)
+    assert full.launch.keys_m and full.m_pad == decode_plan.LEAST_ROWS_N and full.row_tiles == 1
+    # the split aims for the row's own programs per CU: 12 one-warp programs, not the arch's 2
+    assert full.split and full.n_part == 12 * 132 // (64 * 8)
+    few = decode_plan.plan_decode(num_seqs=1, **common)
+    assert not few.launch.keys_m and few.m_pad == decode_plan.LEAST_ROWS
+
+
 def test_plan_gate():
     common = dict(num_kv_heads=8, num_queries=1, window=0, block_size=16, partition_size=256)
     short = decode_plan.plan_decode(num_seqs=2, max_seq_len=300, cu=132, arch="sm90", force_split=None, **common)
@@ -185,11 +196,27 @@ def test_a_bad_argument_raises_after_good_calls_of_the_same_shapes(inputs, bad, 
         _call(inputs, **bad)
 
 
+@pytest.fixture
+def fresh_plans():
+    """Signatures planned with a patched launch table are forgotten before and after the test."""
+    from kernels.paged_decode import api
+    api.clear_plans()
+    yield
+    api.clear_plans()
+
+
 def test_launch_configs_are_data_per_arch():
     from kernels.paged_decode import tuning
     sm90, gfx942 = tuning.TABLES["sm90"], tuning.TABLES["gfx942"]
-    assert tuning.config("sm90", 64, 4) == sm90.rows[0]
-    assert tuning.config("sm90", 256, 64) == next(r for r in sm90.rows if r.max_head_dim >= 256)
+    # a full device of fp8 rows: one warp, keys as the MMA's M; few keys a CU: four warps, rows as M
+    full = tuning.config("sm90", 64, 4, 1, 1 << 20)
+    assert full == sm90.rows[0] and full.keys_m and full.num_warps == 1
+    assert not tuning.config("sm90", 64, 4).keys_m and tuning.config("sm90", 64, 4).num_warps == 4
+    assert tuning.config("sm90", 128, 8, 2, 1 << 20).block_n < full.block_n  # bf16: smaller steps
+    assert not tuning.config("sm90", 128, 16, 1, 1 << 20).keys_m  # more than 8 rows: rows as M
+    # keys as M on four warps compiles to warpgroup MMAs, which triton 3.6 got wrong (tuning docstring)
+    assert not any(r.keys_m and r.num_warps >= 4 for r in sm90.rows)
+    assert tuning.config("sm90", 256, 64) == next(r for r in sm90.rows if r.max_head_dim >= 256 and r.max_rows >= 64)
     assert tuning.config("gfx90a", 128, 4) == tuning.DEFAULT.rows[0]
     # more rows a program, smaller steps: [32 rows, 64 keys] tiles pass gfx942's 256 VGPRs for 2 waves
     assert tuning.config("gfx942", 64, 16).block_n > tuning.config("gfx942", 64, 32).block_n
@@ -198,6 +225,16 @@ def test_launch_configs_are_data_per_arch():
     with pytest.raises(ValueError, match="head_dim"):
         tuning.config("sm90", 2048, 4)
     assert decode_plan.split_archs() == tuple(a for a, t in tuning.TABLES.items() if t.split)
+
+
+def test_known_spills_are_looked_up_by_the_launch_they_made():
+    """verify.adapters.known_spill finds a launch's row by tile width, rows, keys a step and orientation."""
+    from kernels.paged_decode import tuning
+    one_warp = tuning.TABLES["sm90"].rows[0]
+    assert one_warp.spills and tuning.spills("sm90", 128, 8, one_warp.block_n, True) == one_warp.spills
+    assert tuning.spills("gfx942", 64, 16, 64, False) == ""
+    with pytest.raises(ValueError, match="head_dim"):
+        tuning.spills("gfx942", 64, 16, 64, True)  # no gfx942 row puts the keys in M
 
 
 def test_launch_keys_on_what_triton_specializes():
@@ -227,7 +264,7 @@ def test_per_token_v_scales_past_the_fp16_range_stay_finite(device, path):
 
 
 @pytest.mark.parametrize("cache", ["e4m3fn", "e4m3fnuz"])
-def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch):
+def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch, fresh_plans):
     """Archs whose tuning gives fp8 caches no fp16 operands decode the bits to fp32 (decode_fp8_bits):
     the CPU takes that road here, on a cache whose codes are mostly subnormal."""
     from kernels.paged_decode import tuning
@@ -243,7 +280,7 @@ def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["shuffled", "plain"])
-def test_cache_blocks_larger_than_the_key_step(device, layout, monkeypatch):
+def test_cache_blocks_larger_than_the_key_step(device, layout, monkeypatch, fresh_plans):
     """Blocks of 128 keys walked 32 keys a step (the sm90 table walks D 256 64 keys a step): a step's
     chunks lie inside one block, and every block of the window is still read once, in order."""
     from kernels.paged_decode import tuning

@@ -178,7 +178,8 @@ def known_spill(arch: str, kernel: str, constexprs: dict) -> str:
     """Why the launch tables of `arch` expect `kernel` with these constexprs to spill; '' when they
     expect no spill (kernels.paged_decode.tuning, kernels.kda.tuning)."""
     if kernel == "decode_partition_kernel":
-        return decode_tuning.config(arch, constexprs["D"], constexprs["M_PAD"]).spills
+        return decode_tuning.spills(arch, constexprs["D"], constexprs["M_PAD"], constexprs["BLOCK_N"],
+                                    constexprs["KEYS_M"])
     if kernel.startswith("kda_"):
         return kda_tuning.tuning(arch).spills.get(kernel, "")
     return ""

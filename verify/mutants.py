@@ -46,7 +46,6 @@ _KDA = "kernels.kda.api"
 # The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
 _KS_LOAD = ("        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot\n"
             "        ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])\n")
-_K_TILE = "tl.trans(tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D]))"
 
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
@@ -61,8 +60,8 @@ MUTANTS = (
     Mutant("shape-churn", "kernels.paged_decode.plan", _API, "_plan",
            "p2=pow2_at_least(n_part)", "p2=n_part"),
     Mutant("wild-output-store", "kernels.paged_decode.partition", _API, "_partition",
-           "o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op",
-           "o_off = seq.to(tl.int64) * s_oi + (1 << 44) + tok[:, None] * s_op"),
+           "o_off = seq.to(tl.int64) * s_oi + tl.expand_dims(tok * s_op",
+           "o_off = seq.to(tl.int64) * s_oi + (1 << 44) + tl.expand_dims(tok * s_op"),
     # The spin reads memory as volatile: a loop without effects would be deleted by the
     # GPU compiler (it may assume loops end), and the kernel would finish correct.
     Mutant("endless-loop", "kernels.paged_decode.partition", _API, "_partition",
@@ -70,7 +69,8 @@ MUTANTS = (
            "    part_hi = tl.minimum(part_lo + part_size, kv_hi)\n    spin = part_lo\n"
            "    while spin <= part_hi:\n        spin += tl.minimum(tl.load(seq_lens_ptr + seq, volatile=True), 0)\n"),
     Mutant("nan-unused-v-slots", "kernels.paged_decode.partition", _API, "_partition",
-           "v = tl.where(keys[:, None] < kv_hi, v, 0.0)", "v = tl.where(keys[:, None] < table_hi, v, 0.0)"),
+           "v = tl.where(tl.expand_dims(keys, KA) < kv_hi, v, 0.0)",
+           "v = tl.where(tl.expand_dims(keys, KA) < table_hi, v, 0.0)"),
     Mutant("nan-unused-v-scales", "kernels.paged_decode.partition", _API, "_partition",
            "vs = tl.where(keys < kv_hi, vs, 0.0)", "vs = vs"),
     Mutant("empty-partitions", "kernels.paged_decode.reduce", _API, "_reduce",
@@ -98,30 +98,40 @@ MUTANTS = (
            "_launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, num_kv_heads),",
            take="paged_attention_decode"),
     Mutant("head-padding-unmasked", "kernels.paged_decode.partition", _API, "_partition",
-           "        cell_ok = cell_ok & (dims < D_REAL)[None, :]\n", "        cell_ok = cell_ok\n"),
+           "        cell_ok = cell_ok & tl.expand_dims(dims < D_REAL, RA)\n", "        cell_ok = cell_ok\n"),
     Mutant("running-max-from-zero", "kernels.paged_decode.partition", _API, "_partition",
            'm_i = tl.full([M_PAD], float("-inf"), tl.float32)', "m_i = tl.zeros([M_PAD], tl.float32)"),
     Mutant("running-max-frozen", "kernels.paged_decode.partition", _API, "_partition",
-           "m_new = tl.maximum(m_i, tl.max(s, axis=1))",
-           'm_new = tl.where(m_i == float("-inf"), tl.max(s, axis=1), m_i)'),
+           "m_new = tl.maximum(m_i, tl.max(s, axis=KA))",
+           'm_new = tl.where(m_i == float("-inf"), tl.max(s, axis=KA), m_i)'),
     Mutant("accumulator-fp16", "kernels.paged_decode.partition", _API, "_partition",
-           "acc = acc * alpha[:, None] + pv", "acc = (acc * alpha[:, None] + pv).to(tl.float16).to(tl.float32)"),
+           "acc = acc * tl.expand_dims(alpha, KA) + pv",
+           "acc = (acc * tl.expand_dims(alpha, KA) + pv).to(tl.float16).to(tl.float32)"),
     Mutant("cache-through-fp16", "kernels.paged_decode.partition", _API, "_partition",
            "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)"),
     Mutant("k-scale-folded-fp16", "kernels.paged_decode.partition", _API, "_partition",
-           "    k = " + _K_TILE + "\n"
-           "    s = tl.dot(q, k) * qk_scale[:, None]\n"
-           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
-           "        s = s * tl.reshape(ks, [BLOCK_N])[None, :]\n",
-           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
-           "        k = tl.trans(tl.reshape(to_f32(k, FP8_MODE) * ks[:, :, None], [BLOCK_N, D]).to(tl.float16))\n"
-           "        s = tl.dot(q.to(tl.float32).to(tl.float16), k) * qk_scale[:, None]\n"
+           "    k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])\n"
+           "    if KEYS_M:\n"
+           "        s = tl.dot(k, q)  # [keys, rows]\n"
            "    else:\n"
-           "        s = tl.dot(q, " + _K_TILE + ") * qk_scale[:, None]\n"),
+           "        s = tl.dot(q, tl.trans(k))  # [rows, keys]\n"
+           "    s = s * tl.expand_dims(qk_scale, KA)\n"
+           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
+           "        s = s * tl.expand_dims(tl.reshape(ks, [BLOCK_N]), RA)\n",
+           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
+           "        k = tl.reshape(to_f32(k, FP8_MODE) * ks[:, :, None], [BLOCK_N, D]).to(tl.float16)\n"
+           "        q = q.to(tl.float32).to(tl.float16)\n"
+           "    else:\n"
+           "        k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])\n"
+           "    if KEYS_M:\n"
+           "        s = tl.dot(k, q)\n"
+           "    else:\n"
+           "        s = tl.dot(q, tl.trans(k))\n"
+           "    s = s * tl.expand_dims(qk_scale, KA)\n"),
     # A shift of 1 leaves the query as it comes, and its undoing a no-op.
     Mutant("fp16-query-unscaled", "kernels.paged_decode.partition", _API, "_partition",
-           "q_shift = pow2_into(tl.max(tl.abs(q), axis=1), 15)",
-           "q_shift = pow2_into(tl.max(tl.abs(q), axis=1) * 0.0 + 1.0, 1)"),
+           "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)",
+           "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA) * 0.0 + 1.0, 1)"),
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
            "S = tl.zeros([K, BV], dtype=tl.float32)"),

@@ -113,9 +113,8 @@ def _scale_tensor(value, device) -> torch.Tensor:
     return torch.full((1,), 1.0 if value is None else float(value), dtype=torch.float32, device=device)
 
 
-def _tensor_key(t):
-    if isinstance(t, torch.Tensor):
-        return t.dtype, t.shape, t.stride(), t.device
+def _other_key(t):
+    """The signature key of an argument that is not a tensor (a tensor's: dtype, shape, strides, device)."""
     return type(t), t if t is None or isinstance(t, (int, float, str)) else id(t)
 
 
@@ -139,6 +138,8 @@ class _Call:
     vs_st: tuple
     strides: tuple  # out (3), query (3), block_tables (1)
     fp8_bits: bool  # the caches are read as their uint8 codes
+    data_checks: bool  # every call checks the tables and lengths on the host (kernels.arch.data_checks)
+    elem: int  # the caches' element size in bytes
     constexprs: dict
     partition: _launch.Bound | None = None  # from _bound: the launches of this signature
     reduce: _launch.Bound | None = None
@@ -146,8 +147,15 @@ class _Call:
 
 
 _CALLS: dict = {}
-# Environment the plan reads (kernels.arch.cu_count, kernels.paged_decode.plan.split_archs).
-_PLAN_ENV = ("CU_NUM", "QUANTFLOOR_SPLIT_ARCH", "TRITON_INTERPRET")
+# Environment the plan and the data checks read (kernels.arch.cu_count, kernels.paged_decode.plan.split_archs,
+# kernels.arch.data_checks).
+_PLAN_ENV = ("CU_NUM", "QUANTFLOOR_SPLIT_ARCH", "TRITON_INTERPRET", "QUANTFLOOR_VALIDATE")
+
+
+def clear_plans() -> None:
+    """Forget the plans and launches of every argument signature seen: the next call of each is
+    checked and planned again (after a launch table changed, as `bench.decode --sweep` does)."""
+    _CALLS.clear()
 
 
 def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -184,20 +192,24 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
                  (a device sync): True/False; None follows QUANTFLOOR_VALIDATE=1. Always on under the
                  Triton interpreter. scale is checked on every call (finite and > 0).
     """
-    key = (*map(_tensor_key, (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)),
+    if validate is not None and validate is not True and validate is not False:
+        _arch.data_checks(validate)  # raises, naming the argument
+    tensors = (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)
+    key = (*[(t.dtype, t.shape, t.stride(), t.device) if isinstance(t, torch.Tensor) else _other_key(t)
+             for t in tensors],
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
-           type(partition_size), partition_size, type(force_split), force_split, type(workspace),
+           type(partition_size), partition_size, type(force_split), force_split, type(workspace), validate,
            _arch.planned_target(), *map(os.environ.get, _PLAN_ENV),
            # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
            _partition, _reduce, _plan, _tuning, _arch)
     call = _CALLS.get(key)
     if call is None:
         call = _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                        sliding_window, layout, max_seq_len, partition_size, force_split, workspace)
+                        sliding_window, layout, max_seq_len, partition_size, force_split, workspace, validate)
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call
-    if call.device.type != "meta" and _arch.data_checks(validate):  # a meta tensor holds no ids to check
+    if call.data_checks:
         _validate.check_tables(block_tables, seq_lens, num_blocks=call.num_blocks, block_size=call.block_size,
                                max_seq_len=call.max_seq_len, window=sliding_window, num_queries=call.num_q)
     if call.num_seqs == 0:
@@ -227,10 +239,10 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
         num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=call.max_seq_len, num_queries=call.num_q,
         window=window, block_size=call.block_size, partition_size=partition_size,
         cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split,
-        group=call.group, head_dim=head_dim)
+        group=call.group, head_dim=head_dim, elem=call.elem)
     rows = call.group * call.num_q
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
-    launch = _tuning.config(_arch.arch_name(device), head_dim, plan.m_pad)
+    launch = plan.launch
     programs = num_kv_heads * plan.row_tiles  # grid axis 1: (kv head, row tile)
     tile = dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
                 D=_plan.pow2_at_least(head_dim), D_REAL=head_dim)
@@ -244,7 +256,7 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
              # keys that share a cache block and sit one stride apart in both caches
              CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
              V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
-             SPLIT=plan.split),
+             KEYS_M=launch.keys_m, SPLIT=plan.split),
         dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
     if not plan.split:
         return dict(partition=partition, reduce=None, workspace=None)
@@ -255,7 +267,7 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
 
 
 def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-             sliding_window, layout, max_seq_len, partition_size, force_split, workspace) -> _Call:
+             sliding_window, layout, max_seq_len, partition_size, force_split, workspace, validate) -> _Call:
     """Every check of the entry's arguments that their shapes, dtypes, strides, devices and host values
     decide; raises a named error, or returns what the launch needs."""
     _check_tensor("query", query, _QUERY_DTYPES, (3, 4))
@@ -333,7 +345,9 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
                  per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,
                  strides=(*o4.stride()[:3], *q4.stride()[:3], block_tables.stride(0)),
-                 fp8_bits=fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ),
+                 fp8_bits=fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ), elem=key_cache.element_size(),
+                 # a meta tensor holds no ids to check
+                 data_checks=device.type != "meta" and _arch.data_checks(validate),
                  constexprs=constexprs)
     if num_seqs == 0:
         return call

@@ -2,9 +2,9 @@
 
 The M = Q * G query rows that read kv head h of sequence i (row r is query token
 p = r // G of query head h * G + r % G) are cut into ROW_TILES tiles of M_PAD
-rows (M_PAD >= 16 for `tl.dot`, at most 64; the last tile is masked), and grid
-axis 1 numbers (h, tile) as h * ROW_TILES + tile. A program holds one tile and walks the keys of its partition in tiles of
-BLOCK_N (`attend_tile`) with an fp32 online softmax:
+rows (at most 64; the last tile is masked), and grid axis 1 numbers (h, tile)
+as h * ROW_TILES + tile. A program holds one tile and walks the keys of its
+partition in tiles of BLOCK_N (`attend_tile`) with an fp32 online softmax:
 
     s_rj  = scale * k_scale_j * (q_r . k_j)          visible keys only
     m_r   = max_j s_rj,   l_r = sum_j exp(s_rj - m_r)
@@ -24,6 +24,14 @@ sequence length to [0, table_keys] (the keys its block-table row covers) and
 a block id to [0, num_blocks). A bad table or length gives a wrong answer,
 never a load outside the caches or the table (the host checks them when asked:
 `validate`).
+
+The tile's orientation is a constexpr of the launch table (KEYS_M): the rows
+as the M of the MMAs (scores [rows, keys] = q K^T, acc [rows, D] += P V;
+M_PAD >= 16) or the keys as M and the rows as N (scores [keys, rows] = K q^T,
+acc [D, rows] += V^T P^T; M_PAD >= 8), which pads a few rows (GQA 4, one
+query token) to 8 instead of 16 and halves the MMAs and the accumulator.
+The same arithmetic either way; only the axes the softmax reduces over and
+broadcasts along change (KA, RA in the code).
 
 SPLIT = False: one partition; the program writes out = acc / l (0 where l = 0).
 SPLIT = True : the program writes m and l of every row, and acc only when its
@@ -150,19 +158,35 @@ def head_dims(D: tl.constexpr, D_REAL: tl.constexpr):
 
 
 @triton.jit
+def weigh(p, v, KEYS_M: tl.constexpr):
+    """The PV product in the tile's orientation: V^T P^T ([dims, rows]) with keys as the MMA's M,
+    else P V ([rows, dims])."""
+    if KEYS_M:
+        pv = tl.dot(v, p)
+    else:
+        pv = tl.dot(p, v)
+    return pv
+
+
+@triton.jit
 def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
                 num_blocks, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
                 v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
                 D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                 CHUNK: tl.constexpr, V_SX: tl.constexpr, FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr,
-                DOT: tl.constexpr, TAIL: tl.constexpr):
+                DOT: tl.constexpr, KEYS_M: tl.constexpr, TAIL: tl.constexpr):
     """Fold keys [start, start + BLOCK_N) into the online softmax state (acc, m_i, l_i).
 
     The tile is BLOCK_N // CHUNK chunks of CHUNK keys; a chunk never crosses a cache block, so
     its block id is read once and its keys sit one stride apart (the vector axis of the loads).
     TAIL: the tile reaches past the sequence end, where unused slots may hold NaN bytes.
     D is the tile's width, a power of two; see head_dims for a head size D_REAL below it.
+    KEYS_M: q is [D, M_PAD] and acc [D, M_PAD], scores [keys, rows]; else q and acc are
+    [M_PAD, D], scores [rows, keys] (module docstring). KA is the axis of the keys in the scores
+    (and of the dims in acc), RA that of the rows.
     """
+    KA: tl.constexpr = 1 - KEYS_M
+    RA: tl.constexpr = 1 - KA
     NC: tl.constexpr = BLOCK_N // CHUNK
     lanes = tl.arange(0, CHUNK)
     keys = start + tl.arange(0, BLOCK_N)
@@ -177,50 +201,59 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     k_base = page * k_blk + kvh * k_head + slot * k_slo
     k_off = k_base[:, None, None] + lanes[None, :, None] * k_slo + k_dim_off[None, None, :]
     k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
-    k = tl.trans(tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D]))
-    s = tl.dot(q, k) * qk_scale[:, None]
+    k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])
+    if KEYS_M:
+        s = tl.dot(k, q)  # [keys, rows]
+    else:
+        s = tl.dot(q, tl.trans(k))  # [rows, keys]
+    s = s * tl.expand_dims(qk_scale, KA)
     if PER_TOKEN_SCALE:
         ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot
         ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])
-        s = s * tl.reshape(ks, [BLOCK_N])[None, :]
-    visible = (keys[None, :] >= row_lo[:, None]) & (keys[None, :] < row_hi[:, None]) & key_ok[None, :]
-    s = tl.where(visible, s, float("-inf"))
+        s = s * tl.expand_dims(tl.reshape(ks, [BLOCK_N]), RA)
+    key_at = tl.expand_dims(keys, RA)
+    visible = (key_at >= tl.expand_dims(row_lo, KA)) & (key_at < tl.expand_dims(row_hi, KA))
+    s = tl.where(visible & tl.expand_dims(key_ok, RA), s, float("-inf"))
 
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_new = tl.maximum(m_i, tl.max(s, axis=KA))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(s - m_safe[:, None])
+    p = tl.exp2(s - tl.expand_dims(m_safe, KA))
     alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    l_i = l_i * alpha + tl.sum(p, axis=KA)
 
     v_base = page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo
-    v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + head_dims(D, D_REAL)[None, None, :] * v_dlo
-    v = tl.load(v_ptr + v_off, mask=page_ok[:, None, None])
-    v = tl.reshape(to_dot(v, FP8_MODE, DOT), [BLOCK_N, D])
+    v_dims = head_dims(D, D_REAL) * v_dlo
+    if KEYS_M:  # V^T: [dims, keys]
+        v_off = v_base[None, :, None] + lanes[None, None, :] * v_slo + v_dims[:, None, None]
+        v = tl.reshape(to_dot(tl.load(v_ptr + v_off, mask=page_ok[None, :, None]), FP8_MODE, DOT), [D, BLOCK_N])
+    else:
+        v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + v_dims[None, None, :]
+        v = tl.reshape(to_dot(tl.load(v_ptr + v_off, mask=page_ok[:, None, None]), FP8_MODE, DOT), [BLOCK_N, D])
     if TAIL:
         # Unused slots past the sequence end may hold NaN bytes: their p is 0, but 0 * NaN is NaN.
-        v = tl.where(keys[:, None] < kv_hi, v, 0.0)
+        v = tl.where(tl.expand_dims(keys, KA) < kv_hi, v, 0.0)
     if PER_TOKEN_SCALE:
         vs_off = page * vs_blk + kvh * vs_head + slot * vs_slot
         vs = tl.reshape(tl.load(v_scale_ptr + vs_off[:, None] + lanes[None, :] * vs_slot, mask=page_ok[:, None]),
                         [BLOCK_N])
         if TAIL:
             vs = tl.where(keys < kv_hi, vs, 0.0)
-        p = p * vs[None, :]
+        p = p * tl.expand_dims(vs, RA)
         if DOT == tl.float16:
-            p_shift = pow2_into(tl.max(p, axis=1), 15)
-            p = p * p_shift[:, None]
+            p_shift = pow2_into(tl.max(p, axis=KA), 15)
+            p = p * tl.expand_dims(p_shift, KA)
     else:
         # V from bit-decoded fp8 is value * 2^-k: P carries the 2^k back (p <= 1, so P * 2^k fits fp16).
         p = p * f16_shift(FP8_MODE, DOT)
     p_dot = p.to(DOT)
-    pv = tl.dot(p_dot, v)
+    pv = weigh(p_dot, v, KEYS_M)
     if DOT != tl.float32:
         # P rounded to bf16 is off by up to 2^-9 of itself (a row that sees one key with a
         # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
-        pv += tl.dot((p - p_dot.to(tl.float32)).to(DOT), v)
+        pv += weigh((p - p_dot.to(tl.float32)).to(DOT), v, KEYS_M)
     if PER_TOKEN_SCALE and DOT == tl.float16:
-        pv = pv * (f16_shift(FP8_MODE, DOT) / p_shift)[:, None]
-    acc = acc * alpha[:, None] + pv
+        pv = pv * tl.expand_dims(f16_shift(FP8_MODE, DOT) / p_shift, KA)
+    acc = acc * tl.expand_dims(alpha, KA) + pv
     return acc, m_new, l_i
 
 
@@ -240,13 +273,15 @@ def decode_partition_kernel(
     G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr,
     D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
     K_DX: tl.constexpr, V_SX: tl.constexpr,
-    FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr,
+    FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr, KEYS_M: tl.constexpr,
     SPLIT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kvh = tl.program_id(1) // ROW_TILES
     part = tl.program_id(2)
     LOG2E: tl.constexpr = 1.4426950408889634
+    KA: tl.constexpr = 1 - KEYS_M  # the axis of the dims in q and acc (attend_tile)
+    RA: tl.constexpr = 1 - KA  # the axis of the rows
 
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + seq).to(tl.int32), 0), table_keys)
     rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)
@@ -254,9 +289,9 @@ def decode_partition_kernel(
     tok = rows // G
     head = kvh * G + rows % G
     dims = tl.arange(0, D)
-    cell_ok = row_ok[:, None]  # the rows and dims that exist
+    cell_ok = tl.expand_dims(row_ok, KA)  # the rows and dims that exist
     if D_REAL != D:
-        cell_ok = cell_ok & (dims < D_REAL)[None, :]
+        cell_ok = cell_ok & tl.expand_dims(dims < D_REAL, RA)
 
     # Keys each row sees: [row_lo, row_hi).
     row_hi = tl.maximum(seq_len - Q + 1 + tok, 0)
@@ -270,21 +305,24 @@ def decode_partition_kernel(
     part_lo = (kv_lo // BLOCK_SIZE) * BLOCK_SIZE + part * part_size
     part_hi = tl.minimum(part_lo + part_size, kv_hi)
 
-    q_off = seq.to(tl.int64) * s_qi + tok[:, None] * s_qp + head[:, None] * s_qh + dims[None, :]
+    q_off = seq.to(tl.int64) * s_qi + tl.expand_dims(tok * s_qp + head * s_qh, KA) + tl.expand_dims(dims, RA)
     q = tl.load(q_ptr + q_off, mask=cell_ok, other=0.0).to(tl.float32)
     if PER_TOKEN_SCALE:
         qk_scale = tl.full([M_PAD], scale * LOG2E, tl.float32)
     else:
         qk_scale = tl.full([M_PAD], scale * LOG2E * tl.load(k_scale_ptr).to(tl.float32), tl.float32)
     if DOT == tl.float16:
-        q_shift = pow2_into(tl.max(tl.abs(q), axis=1), 15)
-        q = q * q_shift[:, None]
+        q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)
+        q = q * tl.expand_dims(q_shift, KA)
         qk_scale = qk_scale / q_shift * f16_shift(FP8_MODE, DOT)
     q = q.to(DOT)
 
     m_i = tl.full([M_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([M_PAD], tl.float32)
-    acc = tl.zeros([M_PAD, D], tl.float32)
+    if KEYS_M:
+        acc = tl.zeros([D, M_PAD], tl.float32)
+    else:
+        acc = tl.zeros([M_PAD, D], tl.float32)
     cols = head_dims(D, D_REAL)
     k_dim_off = (cols // K_DX) * k_dhi + (cols % K_DX) * k_dlo
 
@@ -297,12 +335,12 @@ def decode_partition_kernel(
     for start in range(part_lo, body_hi, BLOCK_N):
         acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, start, *args, D=D, D_REAL=D_REAL, BLOCK_SIZE=BLOCK_SIZE,
                                     BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
-                                    PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, TAIL=False)
+                                    PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, KEYS_M=KEYS_M, TAIL=False)
     tail = part_lo + tl.maximum(tl.cdiv(body_hi - part_lo, BLOCK_N), 0) * BLOCK_N
     if tail < part_hi:
         acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, tail, *args, D=D, D_REAL=D_REAL, BLOCK_SIZE=BLOCK_SIZE,
                                     BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
-                                    PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, TAIL=True)
+                                    PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, KEYS_M=KEYS_M, TAIL=True)
 
     if not PER_TOKEN_SCALE:
         acc = acc * tl.load(v_scale_ptr).to(tl.float32)
@@ -312,9 +350,10 @@ def decode_partition_kernel(
         tl.store(m_ws_ptr + ws + rows, m_i, mask=row_ok)
         tl.store(l_ws_ptr + ws + rows, l_i, mask=row_ok)
         if part_lo < part_hi:
-            acc_off = (ws + rows[:, None]) * D_REAL + dims[None, :]
+            acc_off = tl.expand_dims(ws + rows, KA) * D_REAL + tl.expand_dims(dims, RA)
             tl.store(acc_ws_ptr + acc_off, acc, mask=cell_ok)
     else:
-        out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
-        o_off = seq.to(tl.int64) * s_oi + tok[:, None] * s_op + head[:, None] * s_oh + dims[None, :]
+        l_at = tl.expand_dims(l_i, KA)
+        out = tl.where(l_at > 0, acc / tl.where(l_at > 0, l_at, 1.0), 0.0)
+        o_off = seq.to(tl.int64) * s_oi + tl.expand_dims(tok * s_op + head * s_oh, KA) + tl.expand_dims(dims, RA)
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=cell_ok)

@@ -17,9 +17,13 @@ attends. The split spreads that walk over partitions when it pays:
 - the workspace's partition dim is the count rounded up to a power of two;
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
   most `tile_rows(D)` rows; when even so the sequences' programs would leave
-  CUs idle, the tiles shrink to the rows of fewer query positions (down to 16
-  rows, or the G rows of one position), so one sequence's query positions
-  spread over more programs.
+  CUs idle, the tiles shrink to the rows of fewer query positions (down to the
+  fewest rows a tile holds, or the G rows of one position), so one sequence's
+  query positions spread over more programs;
+- the launch config (`kernels.paged_decode.tuning`) is chosen by head size,
+  rows a program, cache element size and the keys each CU walks; a tile holds
+  at least 16 rows (the MMA's M), or 8 where the config puts the keys in M and
+  the rows in N.
 """
 
 import os
@@ -34,7 +38,8 @@ LONG_WALK_PARTS = 8
 class DecodePlan:
     """split: run partition + reduce; n_part partitions of part_size keys;
     p2: the workspace's partition dim (next power of two of n_part); the G * Q query rows of a
-    kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split)."""
+    kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split); launch: the
+    partition kernel's launch config."""
 
     split: bool
     n_part: int
@@ -42,6 +47,7 @@ class DecodePlan:
     p2: int
     m_pad: int
     row_tiles: int
+    launch: tuning.LaunchConfig
 
 
 def split_archs() -> tuple[str, ...]:
@@ -62,6 +68,8 @@ def pow2_at_least(n: int) -> int:
 
 
 TILE_ROWS = 64  # the most query rows (of the G * Q of a kv head) one program holds up to D 256
+LEAST_ROWS = 16  # the fewest rows of a tile: the MMA's M (rows as M)
+LEAST_ROWS_N = 8  # ... and its N (keys as M: LaunchConfig.keys_m)
 
 
 def tile_rows(head_dim: int) -> int:
@@ -70,37 +78,43 @@ def tile_rows(head_dim: int) -> int:
     return TILE_ROWS if head_dim <= 256 else max(16, TILE_ROWS * 256 // head_dim)
 
 
-def row_tiles(rows: int, head_dim: int) -> tuple[int, int]:
+def row_tiles(rows: int, head_dim: int, least: int = LEAST_ROWS) -> tuple[int, int]:
     """(M_PAD, tiles): the G * Q query rows of a kv head cut into tiles of M_PAD rows, M_PAD a power
-    of two from 16 (what `tl.dot` takes) to tile_rows(head_dim); the last tile is masked."""
-    m_pad = max(16, 1 << (min(rows, tile_rows(head_dim)) - 1).bit_length())
+    of two from `least` (the MMA's M or N) to tile_rows(head_dim); the last tile is masked."""
+    m_pad = max(least, 1 << (min(rows, tile_rows(head_dim)) - 1).bit_length())
     return m_pad, -(-rows // m_pad)
 
 
 def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queries: int,
                 window: int, block_size: int, partition_size: int, cu: int, arch: str,
-                force_split: bool | None, group: int = 1, head_dim: int = 128) -> DecodePlan:
-    """Choose the row tiles (the query split), one-pass or split, the partition count and size.
-    A sequence runs num_kv_heads * row_tiles programs a partition."""
-    m_pad, tiles = row_tiles(group * num_queries, head_dim)
+                force_split: bool | None, group: int = 1, head_dim: int = 128, elem: int = 1) -> DecodePlan:
+    """Choose the row tiles (the query split), the launch config, one-pass or split, the partition
+    count and size. A sequence runs num_kv_heads * row_tiles programs a partition; `elem` is the
+    cache's element size in bytes."""
+    rows = group * num_queries
+    eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
+    work = num_seqs * num_kv_heads * eff // max(cu, 1)  # keys each CU walks
+    first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work)
+    least = LEAST_ROWS_N if first.keys_m else LEAST_ROWS
+    m_pad, tiles = row_tiles(rows, head_dim, least)
     if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
         # query split: too few programs for the device; a tile of the rows of fewer query positions
-        q_pad = max(16, pow2_at_least(group))
+        q_pad = max(least, pow2_at_least(group))
         if q_pad < m_pad:
-            m_pad, tiles = q_pad, _cdiv(group * num_queries, q_pad)
-    eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
+            m_pad, tiles = q_pad, _cdiv(rows, q_pad)
+    launch = tuning.config(arch, head_dim, m_pad, elem, work)
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
     grid = max(num_seqs * num_kv_heads * tiles, 1)
     onepass = DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1,
-                         m_pad=m_pad, row_tiles=tiles)
+                         m_pad=m_pad, row_tiles=tiles, launch=launch)
     if force_split is False:
         return onepass
     if force_split is None:
         wanted = grid < cu or n_full >= LONG_WALK_PARTS
         if arch not in split_archs() or n_full < 2 or not wanted:
             return onepass
-    n_part = min(n_full, max(2, tuning.tuning(arch).programs_per_cu * cu // grid))
+    n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch) * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
-                      row_tiles=tiles)
+                      row_tiles=tiles, launch=launch)

@@ -1,19 +1,30 @@
 """Launch configurations of the paged decode, per arch: data, chosen by `kernels.arch`.
 
-A row gives, for head sizes up to `max_head_dim` and up to `max_rows` query
-rows a program holds (G * Q), the keys per loop step (`block_n`), the warps
-per program, the software-pipelining depth and a register cap (NVIDIA) or
-waves per SIMD (AMD); and for the arch, whether the auto path may split, how
-many partition programs per CU it aims for, and the dot operand dtype of fp8
-caches ("fp16": two fp8 codes become two fp16 values in one instruction on
+A row gives, for head sizes up to `max_head_dim`, up to `max_rows` query
+rows a program holds (G * Q), caches of at most `max_elem` bytes an element
+and at least `min_work` keys for each CU to walk (sequences x kv heads x the
+keys each attends, over the CUs), the keys per loop step (`block_n`), the
+warps per program, the software-pipelining depth, a register cap (NVIDIA) or
+waves per SIMD (AMD), the tile's orientation (`keys_m`: keys as the MMA's M
+and query rows as its N, so a few rows pad to 8 instead of 16) and the
+partition programs a split aims for per CU where the row differs from its
+arch; and for the arch, whether the auto path may split, how many partition
+programs per CU it aims for, and the dot operand dtype of fp8 caches ("fp16": two fp8 codes become two fp16 values in one instruction on
 Hopper, and the kernel scales rows into fp16's range; None: the query's
 dtype, as for other caches). The CPU runs the fp16 operands too, so the
 interpreter checks that code. `config(arch, head_dim, rows)` picks the first
 row that fits; an arch without a table gets DEFAULT. The interpreter ("cpu")
-takes large steps: its cost is per step, not per key.
+takes large steps: its cost is per step, not per key; it runs both
+orientations (keys_m for up to 8 rows), so the CPU tier checks both.
 
 The sm90 rows come from `python -m bench.decode --sweep` on an H200
-(bench/NOTES.md has the table they were read from). The AMD rows come from
+(bench/NOTES.md has the tables they were read from). A program of one warp
+that walks 32 keys a step with keys as the MMA's M is 1.7x faster than four
+warps on 128 keys where the device is full (no barrier, no exchange between
+warps; 8 rows of N instead of 16 of M); with few keys per CU, or more than 8
+rows, the four-warp rows stay ahead. Keys as M with four warps or more
+compiles to warpgroup MMAs, which triton 3.6 got wrong on this kernel
+(illegal addresses on the H200): no sm90 row asks for that. The AMD rows come from
 `quantfloor compile` (no AMD GPU is lent here, so nothing was timed): the
 largest steps with which every specialization of the gpu tier compiles
 without a VGPR spill or scratch and keeps at least 2 waves per SIMD (at most
@@ -37,7 +48,9 @@ class LaunchConfig:
     the compiler must leave room for, which caps its registers at what that many waves allow.
     None leaves either to the compiler. spills: why the row spills on its arch, where it does
     (a compile report counts those spills as known); empty: it must not. max_rows: the most
-    query rows (G * Q) a program of the row holds."""
+    query rows (G * Q) a program of the row holds; max_elem: the largest cache element (bytes;
+    None: any); min_work: the fewest keys each CU must walk for the row to apply; keys_m: keys as
+    the MMA's M (module docstring); programs_per_cu: what a split aims for (None: the arch's)."""
 
     max_head_dim: int
     block_n: int
@@ -47,6 +60,16 @@ class LaunchConfig:
     waves_per_eu: int | None = None
     spills: str = ""
     max_rows: int = 64  # every tile of rows a program holds (kernels.paged_decode.plan.TILE_ROWS)
+    max_elem: int | None = None
+    min_work: int = 0
+    keys_m: bool = False
+    programs_per_cu: int | None = None
+
+    def fits(self, head_dim: int, rows: int, elem: int, work: int) -> bool:
+        """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
+        elements and `work` keys a CU."""
+        return (head_dim <= self.max_head_dim and rows <= self.max_rows and work >= self.min_work
+                and (self.max_elem is None or elem <= self.max_elem))
 
     @property
     def options(self) -> dict:
@@ -69,13 +92,30 @@ class ArchTuning:
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
                 "a stack of up to a few hundred bytes in many specializations; kept until re-timed there")
+_SM90_CAP = ("a cap of 168 registers (12 one-warp programs an SM) leaves a stack of tens of bytes outside the "
+             "loop; 1.0 to 1.1x faster than no cap on the H200 (bench/NOTES.md)")
+_SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with the stack they take: 255 "
+                "registers and 64 to 250 bytes (bf16 caches, D 192 and 256 with bit-decoded e4m3fnuz or per-tensor "
+                "scales), 1.5 KB at D 512; each row was faster than the rows-as-M one it replaced where timed")
+# Keys each CU walks from which a one-warp row pays on sm90: 8 x 8192 / window 4096 (1986) gains, 32 x 590
+# (1144) loses (bench/NOTES.md). The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
+# _FULL is where it starts, fewer keys are not measured.
+_FULL = 1536
 _WIDE = ("D 512 and 1024 (fewer query rows a program, plan.tile_rows) are not timed anywhere yet: the "
          "smallest step, 8 warps and one stage. They spill: at D 1024 (16 rows, per-token fp8) sm90 takes 255 "
          "registers and a 632-byte stack, gfx942 256 VGPRs and 248 spilled; a bench row on the device picks "
          "the rows, and the tile may then split D")
 TABLES = {
-    "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
+    "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_FULL,
+                                          keys_m=True, programs_per_cu=12, spills=_SM90_CAP),
+                             LaunchConfig(128, 16, 1, 4, max_rows=8, max_elem=2, min_work=_FULL, keys_m=True,
+                                          programs_per_cu=8, spills=_SM90_KEYS_M),
+                             LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
+                             LaunchConfig(256, 32, 2, 3, max_rows=8, max_elem=1, min_work=_FULL // 2, keys_m=True,
+                                          programs_per_cu=4, spills=_SM90_KEYS_M),
                              LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS),
+                             LaunchConfig(512, 16, 2, 1, max_rows=32, max_elem=2, min_work=_FULL, keys_m=True,
+                                          programs_per_cu=4, spills=_SM90_KEYS_M),
                              LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
     "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(256, 32, 4, 2, max_rows=16),
@@ -89,7 +129,8 @@ TABLES = {
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
                                 LaunchConfig(256, 16, 4, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                           split=False, programs_per_cu=2),
-    "cpu": ArchTuning(rows=(LaunchConfig(1024, 256, 4, 1),), split=False, programs_per_cu=2, fp8_dot="fp16"),
+    "cpu": ArchTuning(rows=(LaunchConfig(1024, 256, 4, 1, max_rows=8, keys_m=True), LaunchConfig(1024, 256, 4, 1)),
+                      split=False, programs_per_cu=2, fp8_dot="fp16"),
 }
 DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2), LaunchConfig(1024, 16, 8, 1)),
                      split=False, programs_per_cu=2)
@@ -100,9 +141,25 @@ def tuning(arch: str) -> ArchTuning:
     return TABLES.get(arch, DEFAULT)
 
 
-def config(arch: str, head_dim: int, rows: int) -> LaunchConfig:
-    """The launch config for head size `head_dim` and `rows` query rows a program (G * Q) on `arch`."""
+def config(arch: str, head_dim: int, rows: int, elem: int = 1, work: int = 0) -> LaunchConfig:
+    """The launch config for head size `head_dim`, `rows` query rows a program (G * Q), a cache of
+    `elem` bytes an element and `work` keys each CU walks, on `arch`: its first row that fits."""
     for row in tuning(arch).rows:
-        if head_dim <= row.max_head_dim and rows <= row.max_rows:
+        if row.fits(head_dim, rows, elem, work):
             return row
     raise ValueError(f"head_dim: no launch config for {head_dim} (with {rows} rows a program) on {arch}")
+
+
+def programs_per_cu(arch: str, row: LaunchConfig) -> int:
+    """The partition programs per CU a split with launch config `row` aims for on `arch`."""
+    return row.programs_per_cu or tuning(arch).programs_per_cu
+
+
+def spills(arch: str, head_dim: int, rows: int, block_n: int, keys_m: bool) -> str:
+    """Why the row of `arch` that launched a program of tile width `head_dim`, `rows` rows, `block_n`
+    keys a step and that orientation spills ('' where it must not): the first such row."""
+    for row in tuning(arch).rows:
+        if head_dim <= row.max_head_dim and rows <= row.max_rows and (row.block_n, row.keys_m) == (block_n, keys_m):
+            return row.spills
+    raise ValueError(f"head_dim: no launch config of {arch} launches {head_dim} dims, {rows} rows, "
+                     f"{block_n} keys a step, keys_m={keys_m}")
