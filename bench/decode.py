@@ -25,7 +25,6 @@ picture (needs matplotlib, the `plot` extra).
 
 import argparse
 import dataclasses
-import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
 from kernels import arch
 from kernels.paged_decode import paged_attention_decode
+from kernels.paged_decode import api as decode_api
 from kernels.paged_decode import plan as decode_plan
 from kernels.paged_decode import tuning
 
@@ -104,7 +104,12 @@ SHAPES = [
     Shape(1, 8192, 257, q=4),
 ]
 SWEEP_SHAPES = [Shape(64, 8192, 4096), Shape(8, 32768, 0), Shape(8, 8192, 4096, d=256, hq=16, hkv=4)]
-SWEEP = [tuning.LaunchConfig(256, bn, 4, st, reg) for bn, st, reg in itertools.product((64, 128), (2, 3), (None, 168))]
+# Rows as M on four warps (the old sm90 rows), and keys as M on one or two warps with the programs a
+# split aims for per CU (bench/NOTES.md).
+SWEEP = ([tuning.LaunchConfig(256, 128, 4, 2), tuning.LaunchConfig(256, 64, 4, 2)]
+         + [tuning.LaunchConfig(256, bn, warps, st, reg, keys_m=True, programs_per_cu=ppc)
+            for bn, warps, st, reg, ppc in ((32, 1, 4, 168, 12), (32, 1, 3, None, 8), (16, 1, 4, None, 8),
+                                            (64, 2, 2, 168, 6), (32, 2, 3, None, 4), (16, 2, 1, None, 4))])
 
 
 def _input_sets(shape: Shape, device) -> list:
@@ -155,7 +160,8 @@ def _auto_choice(shape: Shape, device) -> str:
     plan = decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
                                    num_queries=shape.q, window=shape.window, block_size=shape.block,
                                    partition_size=256, cu=arch.cu_count(device), arch=arch.arch_name(device),
-                                   force_split=None)
+                                   force_split=None, group=shape.hq // shape.hkv, head_dim=shape.d,
+                                   elem=1 if shape.cache.startswith("e4m3") else 2)
     return f"split x{plan.n_part}" if plan.split else "one-pass"
 
 
@@ -239,9 +245,10 @@ def sweep(device, rounds: int) -> list:
             best = min(timed, key=lambda c: timed[c].us)
             for cfg, t in timed.items():
                 rows.append(dict(shape=shape.name, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                 num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, us=t.us, best=cfg == best))
+                                 num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, keys_m=cfg.keys_m,
+                                 programs_per_cu=cfg.programs_per_cu, us=t.us, best=cfg == best))
                 print(f"{shape.name:<34} block_n {cfg.block_n:>3} warps {cfg.num_warps} stages {cfg.num_stages}"
-                      f" maxnreg {cfg.maxnreg}"
+                      f" maxnreg {cfg.maxnreg} keys_m {cfg.keys_m:d} ppc {cfg.programs_per_cu}"
                       f" {t.us:>9.1f} us{'  <- best' if cfg == best else ''}", flush=True)
             del sets
             torch.cuda.empty_cache()
@@ -250,16 +257,18 @@ def sweep(device, rounds: int) -> list:
             tuning.TABLES.pop(name, None)
         else:
             tuning.TABLES[name] = saved
+        decode_api.clear_plans()
     return rows
 
 
 def _with_config(arch_name: str, base, cfg, fn):
-    """fn, run with `cfg` as the only launch config of `arch_name` (set on every call, so a graph
-    captures the launches of that config)."""
-    table = dataclasses.replace(base, rows=(dataclasses.replace(cfg, max_head_dim=1 << 20),))
+    """fn, run with `cfg` as the only launch config of `arch_name` (set, and the plans forgotten,
+    on every call, so a graph captures the launches of that config)."""
+    table = dataclasses.replace(base, rows=(dataclasses.replace(cfg, max_head_dim=1 << 20, min_work=0),))
 
     def run():
         tuning.TABLES[arch_name] = table
+        decode_api.clear_plans()
         fn()
     return run
 
