@@ -149,7 +149,7 @@ def test_a_case_past_its_time_limit_fails_and_the_run_goes_on(capsys):
 
 def test_time_limits_grow_with_the_case():
     small, large = "decode-e4m3fn-token-b16-hq8-hkv2-d64-w0-L40_9-q1-shuffled-onepass", \
-        "decode-e4m3fn-token-b16-hq32-hkv8-d128-w4096-L4200_4500-q1-shuffled-cu32-capped-split"
+        "decode-e4m3fn-token-b16-hq32-hkv8-d128-w4096-L4200_4500-q1-shuffled-cu4-capped-split"
     assert runner.time_limit("probe-two-streams", 7.0) == 7.0
     assert 7.0 < runner.time_limit(small, 7.0) < runner.time_limit(large, 7.0)
     assert runner.time_limit(large) > runner.TIMEOUT_BASE_S
