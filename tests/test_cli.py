@@ -233,10 +233,10 @@ def test_timeout_must_be_positive_seconds(value, capsys):
         parallel.judge([parallel.Task(CASE)], 1, timeout_base=0.0)
 
 
-# Two cases: with window-off-by-one planted the w1 one fails, the w0 one passes.
-PLANTED = "L0_1 q4 onepass"
-PLANTED_FAIL = "decode-e4m3fn-tensor-b16-hq8-hkv1-d128-w1-L0_1-q4-shuffled-flat-cu1-onepass"
-PLANTED_PASS = "decode-e4m3fnuz-tensor-b64-hq32-hkv2-d512-w4096-L0_1-q4-shuffled-scalespread-cu256-onepass"
+# Two cases: with window-off-by-one planted the w1 one fails, the w4096 one (lengths 0 and 1) passes.
+PLANTED = "L0_1 q2 onepass"
+PLANTED_FAIL = "decode-e4m3fnuz-token-b16-hq16-hkv16-d512-w1-L0_1-q2-shuffled-cu1-onepass"
+PLANTED_PASS = "decode-e4m3fnuz-token-b64-hq16-hkv16-d128-w4096-L0_1-q2-shuffled-scalespread-cu256-onepass"
 
 
 def test_a_run_with_a_planted_failure_writes_page_markdown_pictures_and_junit(tmp_path, capsys):
