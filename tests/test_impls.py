@@ -6,8 +6,9 @@ import pytest
 
 from verify import cli, impls, runner
 
-# Small auto cases of the CPU tier (and their onepass/split twins, which another implementation skips).
-WORDS = "L1_1"
+# Small decode cases of the CPU tier (their auto ones, and the onepass/split twins another implementation
+# skips); a bf16 one among them shows one head off by 1% (1.4x its bound).
+WORDS = "decode L0_1"
 
 WRAPPER = '''
 from kernels.paged_decode import paged_attention_decode
