@@ -9,13 +9,14 @@ waves per SIMD (AMD), the tile's orientation (`keys_m`: keys as the MMA's M
 and query rows as its N, so a few rows pad to 8 instead of 16) and the
 partition programs a split aims for per CU where the row differs from its
 arch; and for the arch, whether the auto path may split, how many partition
-programs per CU it aims for, and the dot operand dtype of fp8 caches ("fp16": two fp8 codes become two fp16 values in one instruction on
-Hopper, and the kernel scales rows into fp16's range; None: the query's
-dtype, as for other caches). The CPU runs the fp16 operands too, so the
-interpreter checks that code. `config(arch, head_dim, rows)` picks the first
-row that fits; an arch without a table gets DEFAULT. The interpreter ("cpu")
-takes large steps: its cost is per step, not per key; it runs both
-orientations (keys_m for up to 8 rows), so the CPU tier checks both.
+programs per CU it aims for, and the dot operand dtype of fp8 caches ("fp16":
+two fp8 codes become two fp16 values in one instruction on Hopper, and the
+kernel scales rows into fp16's range; None: the query's dtype, as for other
+caches). The CPU runs the fp16 operands too, so the interpreter checks that
+code. `config(arch, head_dim, rows, elem, work)` picks the first row that
+fits; an arch without a table gets DEFAULT. The interpreter ("cpu") takes
+large steps: its cost is per step, not per key; it runs both orientations
+(keys_m for up to 8 rows), so the CPU tier checks both.
 
 The sm90 rows come from `python -m bench.decode --sweep` on an H200
 (bench/NOTES.md has the tables they were read from). A program of one warp
@@ -24,9 +25,10 @@ warps on 128 keys where the device is full (no barrier, no exchange between
 warps; 8 rows of N instead of 16 of M); with few keys per CU, or more than 8
 rows, the four-warp rows stay ahead. Keys as M with four warps or more
 compiles to warpgroup MMAs, which triton 3.6 got wrong on this kernel
-(illegal addresses on the H200): no sm90 row asks for that. The AMD rows come from
-`quantfloor compile` (no AMD GPU is lent here, so nothing was timed): the
-largest steps with which every specialization of the gpu tier compiles
+(illegal addresses on the H200): no sm90 row asks for that.
+
+The AMD rows come from `quantfloor compile` (no AMD GPU is lent here, so
+nothing was timed): the largest steps with which every specialization of the gpu tier compiles
 without a VGPR spill or scratch and keeps at least 2 waves per SIMD (at most
 256 VGPRs on gfx942 and gfx950, 512 on gfx1250; verify/targets.py). A step
 of 64 keys holds [64, D] K and V tiles in fp32 and their dot operands, which
