@@ -77,10 +77,14 @@ class Shape:
         return min(self.ctx, self.window + self.q - 1) if self.window > 0 else self.ctx
 
     @property
+    def elem(self) -> int:
+        """Bytes of a cache element: 1 for fp8, 2 for bf16."""
+        return 1 if self.cache.startswith("e4m3") else 2
+
+    @property
     def bytes(self) -> int:
         """K, V and per-token scales of every window: what any kernel must read."""
-        elem = 1 if self.cache.startswith("e4m3") else 2
-        per_key = self.hkv * self.d * elem * 2 + (self.hkv * 4 * 2 if self.scales == "token" else 0)
+        per_key = self.hkv * self.d * self.elem * 2 + (self.hkv * 4 * 2 if self.scales == "token" else 0)
         return self.seqs * self.keys * per_key
 
 
@@ -161,7 +165,7 @@ def _auto_choice(shape: Shape, device) -> str:
                                    num_queries=shape.q, window=shape.window, block_size=shape.block,
                                    partition_size=256, cu=arch.cu_count(device), arch=arch.arch_name(device),
                                    force_split=None, group=shape.hq // shape.hkv, head_dim=shape.d,
-                                   elem=1 if shape.cache.startswith("e4m3") else 2)
+                                   elem=shape.elem)
     return f"split x{plan.n_part}" if plan.split else "one-pass"
 
 
