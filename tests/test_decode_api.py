@@ -335,3 +335,23 @@ def test_a_signature_is_planned_again_when_the_environment_the_plan_reads_change
     assert len(_meta_launches(None)) == 2  # sm90 splits: partition + reduce
     monkeypatch.setenv("QUANTFLOOR_SPLIT_ARCH", "gfx950")
     assert len(_meta_launches(None)) == 1
+
+
+def test_validate_is_part_of_the_signature(monkeypatch):
+    """A signature decides its host checks once: a call asking for them after one that did not must
+    still run them (compiled, where they are not forced on; launches recorded, not run)."""
+    from kernels import launch
+    from kernels.paged_decode import api
+    monkeypatch.setattr(arch, "interpreting", lambda: False)
+    api.clear_plans()
+    try:
+        inputs = decode_cases.build(
+            decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, 64, 0, (40, 9), 1, "shuffled", "onepass"),
+            torch.device("cpu"), 1234)
+        bad = _table_entry(inputs, 0, 0, inputs.key_cache.shape[0] + 5)
+        with launch.recorded():
+            _call(inputs, block_tables=bad, validate=False)
+            with pytest.raises(ValueError, match="block_tables"):
+                _call(inputs, block_tables=bad, validate=True)
+    finally:
+        api.clear_plans()
