@@ -90,6 +90,11 @@ def test_plan_puts_few_rows_in_the_mmas_n_where_the_config_does():
     assert full.split and full.n_part == 12 * 132 // (64 * 8)
     few = decode_plan.plan_decode(num_seqs=1, **common)
     assert not few.launch.keys_m and few.m_pad == decode_plan.LEAST_ROWS
+    # forced one-pass: 64 programs cannot spread 8 x 8192 keys over one-warp programs; 512 can
+    small = decode_plan.plan_decode(num_seqs=8, **dict(common, force_split=False))
+    large = decode_plan.plan_decode(num_seqs=64, **dict(common, force_split=False))
+    assert not small.split and not small.launch.keys_m and small.m_pad == decode_plan.LEAST_ROWS
+    assert not large.split and large.launch.keys_m and large.m_pad == decode_plan.LEAST_ROWS_N
 
 
 def test_plan_gate():

@@ -21,9 +21,10 @@ attends. The split spreads that walk over partitions when it pays:
   fewest rows a tile holds, or the G rows of one position), so one sequence's
   query positions spread over more programs;
 - the launch config (`kernels.paged_decode.tuning`) is chosen by head size,
-  rows a program, cache element size and the keys each CU walks; a tile holds
-  at least 16 rows (the MMA's M), or 8 where the config puts the keys in M and
-  the rows in N.
+  rows a program, cache element size and the keys each CU walks, and, for a
+  one-pass launch, the programs per CU its grid holds (a split makes its own);
+  a tile holds at least 16 rows (the MMA's M), or 8 where the config puts the
+  keys in M and the rows in N.
 """
 
 import os
@@ -94,26 +95,32 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     rows = group * num_queries
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
     work = num_seqs * num_kv_heads * eff // max(cu, 1)  # keys each CU walks
-    first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work)
-    least = LEAST_ROWS_N if first.keys_m else LEAST_ROWS
-    m_pad, tiles = row_tiles(rows, head_dim, least)
-    if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
-        # query split: too few programs for the device; a tile of the rows of fewer query positions
-        q_pad = max(least, pow2_at_least(group))
-        if q_pad < m_pad:
-            m_pad, tiles = q_pad, _cdiv(rows, q_pad)
-    launch = tuning.config(arch, head_dim, m_pad, elem, work)
+
+    def tiled(programs: float) -> tuple[int, int, tuning.LaunchConfig]:
+        """(m_pad, tiles, launch config) with `programs` programs per CU to spread the keys over."""
+        first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work, programs)
+        least = LEAST_ROWS_N if first.keys_m else LEAST_ROWS
+        m_pad, tiles = row_tiles(rows, head_dim, least)
+        if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
+            # query split: too few programs for the device; a tile of the rows of fewer query positions
+            q_pad = max(least, pow2_at_least(group))
+            if q_pad < m_pad:
+                m_pad, tiles = q_pad, _cdiv(rows, q_pad)
+        return m_pad, tiles, tuning.config(arch, head_dim, m_pad, elem, work, programs)
+
+    m_pad, tiles, launch = tiled(float("inf"))  # a split makes programs enough for any row
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
     grid = max(num_seqs * num_kv_heads * tiles, 1)
-    onepass = DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1,
-                         m_pad=m_pad, row_tiles=tiles, launch=launch)
-    if force_split is False:
-        return onepass
+    split = force_split is not False
     if force_split is None:
         wanted = grid < cu or n_full >= LONG_WALK_PARTS
-        if arch not in split_archs() or n_full < 2 or not wanted:
-            return onepass
+        split = arch in split_archs() and n_full >= 2 and wanted
+    if not split:
+        if grid < launch.min_programs * cu:  # a one-pass launch has only its grid to spread the keys
+            m_pad, tiles, launch = tiled(grid / max(cu, 1))
+        return DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1,
+                          m_pad=m_pad, row_tiles=tiles, launch=launch)
     n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch) * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,

@@ -52,7 +52,8 @@ class LaunchConfig:
     (a compile report counts those spills as known); empty: it must not. max_rows: the most
     query rows (G * Q) a program of the row holds; max_elem: the largest cache element (bytes;
     None: any); min_work: the fewest keys each CU must walk for the row to apply; keys_m: keys as
-    the MMA's M (module docstring); programs_per_cu: what a split aims for (None: the arch's)."""
+    the MMA's M (module docstring); programs_per_cu: what a split aims for (None: the arch's);
+    min_programs: the fewest programs per CU a one-pass launch of the row needs."""
 
     max_head_dim: int
     block_n: int
@@ -66,12 +67,13 @@ class LaunchConfig:
     min_work: int = 0
     keys_m: bool = False
     programs_per_cu: int | None = None
+    min_programs: float = 0.0
 
-    def fits(self, head_dim: int, rows: int, elem: int, work: int) -> bool:
+    def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf")) -> bool:
         """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
-        elements and `work` keys a CU."""
+        elements, `work` keys a CU and `programs` programs a CU."""
         return (head_dim <= self.max_head_dim and rows <= self.max_rows and work >= self.min_work
-                and (self.max_elem is None or elem <= self.max_elem))
+                and programs >= self.min_programs and (self.max_elem is None or elem <= self.max_elem))
 
     @property
     def options(self) -> dict:
@@ -103,15 +105,19 @@ _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with 
 # (1144) loses (bench/NOTES.md). The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
 # _FULL is where it starts, fewer keys are not measured.
 _FULL = 1536
+# Programs per SM a one-pass launch of a one-warp row needs on sm90: 512 programs on 132 SMs (3.9) beat
+# four warps (262.6 against 307.4 us at 64 x 8192 / 4096), 64 (0.5) lost (233.5 against 114.6 at 8 x 8192).
+_ONE_PASS = 2.0
 _WIDE = ("D 512 and 1024 (fewer query rows a program, plan.tile_rows) are not timed anywhere yet: the "
          "smallest step, 8 warps and one stage. They spill: at D 1024 (16 rows, per-token fp8) sm90 takes 255 "
          "registers and a 632-byte stack, gfx942 256 VGPRs and 248 spilled; a bench row on the device picks "
          "the rows, and the tile may then split D")
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_FULL,
-                                          keys_m=True, programs_per_cu=12, spills=_SM90_CAP),
+                                          keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
+                                          spills=_SM90_CAP),
                              LaunchConfig(128, 16, 1, 4, max_rows=8, max_elem=2, min_work=_FULL, keys_m=True,
-                                          programs_per_cu=8, spills=_SM90_KEYS_M),
+                                          programs_per_cu=8, min_programs=_ONE_PASS, spills=_SM90_KEYS_M),
                              LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
                              LaunchConfig(256, 32, 2, 3, max_rows=8, max_elem=1, min_work=_FULL // 2, keys_m=True,
                                           programs_per_cu=4, spills=_SM90_KEYS_M),
@@ -143,11 +149,13 @@ def tuning(arch: str) -> ArchTuning:
     return TABLES.get(arch, DEFAULT)
 
 
-def config(arch: str, head_dim: int, rows: int, elem: int = 1, work: int = 0) -> LaunchConfig:
+def config(arch: str, head_dim: int, rows: int, elem: int = 1, work: int = 0,
+           programs: float = float("inf")) -> LaunchConfig:
     """The launch config for head size `head_dim`, `rows` query rows a program (G * Q), a cache of
-    `elem` bytes an element and `work` keys each CU walks, on `arch`: its first row that fits."""
+    `elem` bytes an element, `work` keys each CU walks and `programs` programs a CU (a one-pass
+    launch's grid; a split makes as many as its row asks), on `arch`: its first row that fits."""
     for row in tuning(arch).rows:
-        if row.fits(head_dim, rows, elem, work):
+        if row.fits(head_dim, rows, elem, work, programs):
             return row
     raise ValueError(f"head_dim: no launch config for {head_dim} (with {rows} rows a program) on {arch}")
 
