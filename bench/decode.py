@@ -10,7 +10,8 @@ and the SDPA peer: `scaled_dot_product_attention(..., enable_gqa=True)` on
 already gathered, contiguous windows in the query's dtype. For each path it
 gives the bytes the window needs (K, V and their per-token scales), TB/s and
 the percentage of the copy; for auto, the host time of a plain call
-(enqueue time over HOST_CALLS calls, no sync inside). Inputs rotate over
+(the median over HOST_CALLS calls of the time a call takes to return, each
+started on an idle device: bench.timing.host_us). Inputs rotate over
 enough copies to be several times the L2, so no path is timed out of cache.
 
 --baseline DIR adds the auto path of another checkout's kernels (bench.baseline),
@@ -163,7 +164,7 @@ def _sdpa(shape: Shape, device, count: int):
 def _auto_choice(shape: Shape, device) -> str:
     plan = decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
                                    num_queries=shape.q, window=shape.window, block_size=shape.block,
-                                   partition_size=256, cu=arch.cu_count(device), arch=arch.arch_name(device),
+                                   partition_size=None, cu=arch.cu_count(device), arch=arch.arch_name(device),
                                    force_split=None, group=shape.hq // shape.hkv, head_dim=shape.d,
                                    elem=shape.elem)
     return f"split x{plan.n_part}" if plan.split else "one-pass"

@@ -113,13 +113,16 @@ def copy_tbps(*, gib: int = 1, rounds: int = 20) -> float:
 
 
 def host_us(fn, calls: int) -> float:
-    """Enqueue time of a plain call in us: `calls` calls with no sync inside, over their count
-    (one call and a sync first, so nothing earlier is still queued)."""
+    """Host time of a plain call in us: the median over `calls` calls of the time `fn` takes to
+    return, each started with the device idle (a sync before it, none inside). Back-to-back calls
+    would measure the device instead once their kernels outlast the enqueue: the launch queue
+    fills and each launch waits for room."""
     fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
+    times = []
     for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
         fn()
-    elapsed = time.perf_counter() - start
+        times.append(time.perf_counter() - start)
     torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return statistics.median(times) * 1e6

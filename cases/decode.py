@@ -48,7 +48,7 @@ class DecodeCase:
     """One decode problem and the kernel path that runs it.
 
     lens: sequence lengths (the batch); q: query tokens per sequence (MTP);
-    partition: split-K partition size; cu: CU_NUM for the call (0 = the
+    partition: split-K partition size (0 = the launch table's); cu: CU_NUM for the call (0 = the
     device's own); tag: a name for adversarial or regression cases (never a
     distribution's name, which the id could not tell apart); dist: the value
     distribution (cases.decode_values.DISTS).
@@ -65,7 +65,7 @@ class DecodeCase:
     q: int
     layout: str
     path: str
-    partition: int = 256
+    partition: int = 0
     cu: int = 0
     tag: str = ""
     dist: str = "gauss"
@@ -86,7 +86,7 @@ class DecodeCase:
                  f"w{self.window}", "L" + "_".join(map(str, self.lens)), f"q{self.q}", self.layout]
         if self.dist != "gauss":
             parts.append(self.dist)
-        if self.partition != 256:
+        if self.partition:
             parts.append(f"p{self.partition}")
         if self.cu:
             parts.append(f"cu{self.cu}")

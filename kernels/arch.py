@@ -9,12 +9,14 @@ an entry called on meta tensors decides every launch as it would on that arch
 with that many CUs (kernels.launch records them instead of running them).
 """
 
+import collections.abc
 import contextlib
 import contextvars
 import functools
 import os
 
 import torch
+from triton.runtime import driver
 
 # Codes of the fp8 decode modes the decode kernels understand (a constexpr).
 FP8_NONE = 0  # the cache is bf16/fp16: load and upcast
@@ -66,9 +68,24 @@ def _planned_target() -> tuple[str, int]:
     return target
 
 
+def environment(names: tuple) -> collections.abc.Callable[[], tuple]:
+    """A function that returns the values of the environment variables `names` (None where
+    unset) as of its call, in a form fit for a cache key. It reads os.environ's own table where
+    it has one (bytes values; a tenth of the time of os.environ.get, which encodes and decodes)."""
+    table = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if not isinstance(table, dict) or encode is None:
+        return lambda: tuple(map(os.environ.get, names))
+    keys = tuple(map(encode, names))
+    return lambda: tuple(map(table.get, keys))
+
+
+_interpret_env = environment(("TRITON_INTERPRET",))
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return _interpret_env()[0] not in (None, b"", b"0", "", "0")
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,6 +111,14 @@ def on_device(device: torch.device):
 
 
 _NOTHING = contextlib.nullcontext()
+
+
+def raw_stream(device: torch.device) -> int:
+    """The handle of `device`'s current stream as Triton's launcher takes it (0 off CUDA); cheaper
+    than torch.cuda.current_stream, which builds a Stream object."""
+    if device.type != "cuda" or interpreting():
+        return 0
+    return driver.active.get_current_stream(_index(device))
 
 
 def on_first_tensors_device(entry):

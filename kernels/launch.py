@@ -76,10 +76,12 @@ class Bound:
     """A launch whose grid, trailing host arguments, constexprs and options are fixed: calling it
     with the leading (tensor) arguments launches fn[grid](*tensors, *tail, **constexprs, **options).
 
-    Everything of the key but the leading arguments' specializations is computed once, here,
-    and each compiled specialization's launcher for this grid is kept by that part alone, so an
-    entry that keeps a Bound per argument signature pays, on each call, for the current device,
-    the leading arguments' dtypes and alignments, and Triton's launcher.
+    Everything of the key but the leading arguments' specializations is computed once, here.
+    A Bound serves one argument signature on one device (an entry keeps one per signature):
+    after its first launches it keeps each compiled specialization's launcher by the leading
+    tensors' alignments alone (their dtypes, and the device, are the signature's), so a call
+    pays for those alignments and Triton's launcher; `stream`, the raw handle of the current
+    stream where the caller has it (kernels.arch.raw_stream), spares the launcher asking.
     """
 
     __slots__ = ("fn", "grid", "tail", "constexprs", "options", "_head", "_grid3", "_interpreted", "_runners",
@@ -91,10 +93,10 @@ class Bound:
         self._head = (fn, *self.options.items(), *self.constexprs.values(), *map(_spec, self.tail))
         self._grid3 = (*self.grid, 1, 1)[:3]
         self._interpreted = arch.interpreting()
-        self._runners: dict = {}  # (device, leading specs) -> the compiled kernel's launcher for this grid
+        self._runners: dict = {}  # the leading tensors' alignments -> the compiled kernel's launcher
         self._trailing = None  # tail, then the constexpr values in fn's parameter order (first launch)
 
-    def __call__(self, *tensors) -> None:
+    def __call__(self, *tensors, stream: int | None = None) -> None:
         if _RECORDING:
             _RECORDING[-1].append(Launch(self.fn, self.grid, (*tensors, *self.tail), dict(self.constexprs),
                                          dict(self.options)))
@@ -102,23 +104,27 @@ class Bound:
         if self._interpreted:
             self.fn[self.grid](*tensors, *self.tail, **self.constexprs, **self.options)
             return
-        key = (torch.cuda.current_device(), *map(_spec, tensors))
-        runner = self._runners.get(key)
+        if _HIP_2GB is None:
+            aligned = tuple([t.data_ptr() % 16 == 0 for t in tensors])
+        else:
+            aligned = tuple([_spec(t) for t in tensors])
+        runner = self._runners.get(aligned)
         if runner is not None:
-            runner(*tensors, *self._trailing)
+            runner(*tensors, *self._trailing, stream=stream)
             return
         args = (*tensors, *self.tail)
-        compiled = _COMPILED.get((self._head, key))
+        key = (self._head, torch.cuda.current_device(), *map(_spec, tensors))
+        compiled = _COMPILED.get(key)
         if compiled is None:
             compiled = self.fn[self.grid](*args, **self.constexprs, **self.options)
             if len(_COMPILED) > 4096:
                 _COMPILED.clear()
-            _COMPILED[(self._head, key)] = compiled
+            _COMPILED[key] = compiled
             return
         if self._trailing is None:
             self._trailing = (*self.tail, *(self.constexprs[name] for name in self.fn.arg_names[len(args):]))
-        runner = self._runners[key] = compiled[self._grid3]
-        runner(*tensors, *self._trailing)
+        runner = self._runners[aligned] = compiled[self._grid3]
+        runner(*tensors, *self._trailing, stream=stream)
 
 
 def launch(fn, grid: tuple, args: tuple, constexprs: dict, **options) -> None:

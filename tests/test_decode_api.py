@@ -97,6 +97,24 @@ def test_plan_puts_few_rows_in_the_mmas_n_where_the_config_does():
     assert not large.split and large.launch.keys_m and large.m_pad == decode_plan.LEAST_ROWS_N
 
 
+def test_plan_splits_where_one_warp_programs_need_more_than_the_grid():
+    common = dict(num_kv_heads=8, max_seq_len=590, num_queries=1, window=4096, block_size=16, cu=132,
+                  arch="sm90", group=4, head_dim=128)
+    # 32 sequences x 590 keys: 1144 keys a CU, 256 programs (1.9 a CU, under the row's least of 3)
+    tabled = decode_plan.plan_decode(num_seqs=32, partition_size=None, force_split=None, **common)
+    assert tabled.launch.keys_m and tabled.split and tabled.part_size == 128
+    assert tabled.n_part == 5 and tabled.n_part * tabled.part_size >= 590 + 15
+    asked = decode_plan.plan_decode(num_seqs=32, partition_size=256, force_split=None, **common)
+    assert asked.split and asked.part_size == 256 and asked.n_part == 3  # the caller's partition wins
+    # one-pass with those 256 programs: four warps, not one
+    onepass = decode_plan.plan_decode(num_seqs=32, partition_size=None, force_split=False, **common)
+    assert not onepass.split and not onepass.launch.keys_m
+    # a cache block larger than the row's partition: a partition is at least a block
+    paged = decode_plan.plan_decode(num_seqs=32, partition_size=None, force_split=None,
+                                    **dict(common, block_size=256))
+    assert paged.part_size % 256 == 0
+
+
 def test_plan_gate():
     common = dict(num_kv_heads=8, num_queries=1, window=0, block_size=16, partition_size=256)
     short = decode_plan.plan_decode(num_seqs=2, max_seq_len=300, cu=132, arch="sm90", force_split=None, **common)
@@ -360,3 +378,16 @@ def test_validate_is_part_of_the_signature(monkeypatch):
                 _call(inputs, block_tables=bad, validate=True)
     finally:
         api.clear_plans()
+
+
+def test_environment_reader_sees_every_change(monkeypatch):
+    read = arch.environment(("QUANTFLOOR_TEST_A", "QUANTFLOOR_TEST_B"))
+    monkeypatch.delenv("QUANTFLOOR_TEST_A", raising=False)
+    monkeypatch.delenv("QUANTFLOOR_TEST_B", raising=False)
+    assert read() == (None, None)
+    monkeypatch.setenv("QUANTFLOOR_TEST_A", "7")
+    first = read()
+    monkeypatch.setenv("QUANTFLOOR_TEST_A", "8")
+    assert first[0] is not None and read()[0] != first[0] and read()[1] is None
+    monkeypatch.delenv("QUANTFLOOR_TEST_A")
+    assert read() == (None, None)

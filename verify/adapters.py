@@ -52,7 +52,8 @@ def poisoned_decode_store(inputs) -> dict:
     reads without writing is NaN.
     """
     case = inputs.case
-    largest = expected_split_plan(inputs, cu=UNCAPPED_CU)
+    least = case.partition or decode_tuning.partition_sizes()[0]  # the most partitions any row makes
+    largest = expected_split_plan(inputs, cu=UNCAPPED_CU, partition=least)
     rows = (case.hq // case.hkv) * case.q
     m = len(case.lens) * case.hkv * largest.p2 * rows
     device = inputs.out.device
@@ -62,12 +63,14 @@ def poisoned_decode_store(inputs) -> dict:
     }
 
 
-def expected_split_plan(inputs, *, cu: int):
-    """The forced-split plan for `inputs` on `cu` CUs, as the kernel's planner makes it."""
+def expected_split_plan(inputs, *, cu: int, partition: int | None = None):
+    """The forced-split plan for `inputs` on `cu` CUs, as the kernel's planner makes it for an arch
+    without a table, with partitions of `partition` keys (None: the case's)."""
     case = inputs.case
     return decode_plan.plan_decode(num_seqs=len(case.lens), num_kv_heads=case.hkv, max_seq_len=inputs.max_seq_len,
                                    num_queries=case.q, window=case.window, block_size=case.block,
-                                   partition_size=case.partition, cu=cu, arch="any", force_split=True,
+                                   partition_size=partition or case.partition or None, cu=cu, arch="any",
+                                   force_split=True,
                                    group=case.hq // case.hkv, head_dim=case.d)
 
 
@@ -79,7 +82,7 @@ def decode_call(inputs, *, path: str, workspace=None, out=None):
         paged_decode.paged_attention_decode(
             out, inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables, inputs.seq_lens,
             inputs.scale, inputs.k_scale, inputs.v_scale, case.window, layout=case.layout,
-            max_seq_len=inputs.max_seq_len, partition_size=case.partition, force_split=FORCE_SPLIT[path],
+            max_seq_len=inputs.max_seq_len, partition_size=case.partition or None, force_split=FORCE_SPLIT[path],
             workspace=workspace)
     return out
 

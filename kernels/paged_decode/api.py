@@ -11,7 +11,6 @@ give zeros.
 
 import dataclasses
 import math
-import os
 
 import torch
 import triton.language as tl
@@ -150,6 +149,7 @@ _CALLS: dict = {}
 # Environment the plan and the data checks read (kernels.arch.cu_count, kernels.paged_decode.plan.split_archs,
 # kernels.arch.data_checks).
 _PLAN_ENV = ("CU_NUM", "QUANTFLOOR_SPLIT_ARCH", "TRITON_INTERPRET", "QUANTFLOOR_VALIDATE")
+_plan_env = _arch.environment(_PLAN_ENV)
 
 
 def clear_plans() -> None:
@@ -186,7 +186,8 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     sliding_window  W > 0 keys per row (itself included); W <= 0: full causal
     max_seq_len  host int bounding seq_lens (no device sync); None: block_tables width * block_size
     partition_size, force_split  split-K: keys per partition (a multiple of block_size, grown when the
-                 partition count is capped); force_split True/False overrides the auto gate
+                 partition count is capped; None: the arch's launch table chooses); force_split
+                 True/False overrides the auto gate
     workspace    None (the per-device, per-stream scratch) or a caller-owned dict
     validate     check block ids and lengths against the cache, the table and max_seq_len on the host
                  (a device sync): True/False; None follows QUANTFLOOR_VALIDATE=1. Always on under the
@@ -199,7 +200,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
              for t in tensors],
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
            type(partition_size), partition_size, type(force_split), force_split, type(workspace), validate,
-           _arch.planned_target(), *map(os.environ.get, _PLAN_ENV),
+           _arch.planned_target(), *_plan_env(),
            # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
            _partition, _reduce, _plan, _tuning, _arch)
     call = _CALLS.get(key)
@@ -218,15 +219,17 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     if call.fp8_bits:
         key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
     ks, vs = _scale_tensor(k_scale, call.device), _scale_tensor(v_scale, call.device)
-    if call.reduce is not None:
-        store = workspace if workspace is not None else _workspace.default_store(call.device)
-        m_ws, l_ws, acc_ws = _workspace.acquire(store, call.device, *call.workspace)
-    else:
-        m_ws = l_ws = acc_ws = out
     with _arch.on_device(call.device):
-        call.partition(out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs, m_ws, l_ws, acc_ws)
+        stream = _arch.raw_stream(call.device)
         if call.reduce is not None:
-            call.reduce(out, m_ws, l_ws, acc_ws)
+            store = workspace if workspace is not None else _workspace.default_store(call.device, stream)
+            m_ws, l_ws, acc_ws = _workspace.acquire(store, call.device, *call.workspace)
+        else:
+            m_ws = l_ws = acc_ws = out
+        call.partition(out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs, m_ws, l_ws, acc_ws,
+                       stream=stream)
+        if call.reduce is not None:
+            call.reduce(out, m_ws, l_ws, acc_ws, stream=stream)
     return out
 
 
@@ -327,8 +330,10 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
         max_seq_len = block_tables.shape[1] * bs
     if not isinstance(max_seq_len, int) or max_seq_len < 0:
         raise ValueError(f"max_seq_len: expected a host int >= 0, got {max_seq_len!r}")
-    if not isinstance(partition_size, int) or partition_size < bs or partition_size % bs:
-        raise ValueError(f"partition_size: expected a positive multiple of block_size={bs}, got {partition_size!r}")
+    if partition_size is not None and (not isinstance(partition_size, int) or isinstance(partition_size, bool)
+                                       or partition_size < bs or partition_size % bs):
+        raise ValueError(f"partition_size: expected None or a positive multiple of block_size={bs}, "
+                         f"got {partition_size!r}")
     if force_split is not None and not isinstance(force_split, bool):
         raise ValueError(f"force_split: expected None, True or False, got {force_split!r}")
     if workspace is not None and not isinstance(workspace, dict):

@@ -9,8 +9,11 @@ attends. The split spreads that walk over partitions when it pays:
 - auto mode splits only on an allowed arch (those whose table in
   `kernels.paged_decode.tuning` says so; `QUANTFLOOR_SPLIT_ARCH`, a comma
   list, overrides them) and only when the grid of num_seqs * Hkv programs
-  underfills the device or the walk is long (at least LONG_WALK_PARTS
+  underfills the device, or holds fewer programs per CU than the launch
+  config's `min_programs`, or the walk is long (at least LONG_WALK_PARTS
   partitions of `partition_size`);
+- `partition_size` is the caller's, else the launch config's, else
+  tuning.PARTITION_SIZE (never below a cache block);
 - the partition count is capped near the arch's programs per CU; when capped, the
   partition grows (block aligned, never below `partition_size`) so that the
   partitions still cover every key;
@@ -87,11 +90,11 @@ def row_tiles(rows: int, head_dim: int, least: int = LEAST_ROWS) -> tuple[int, i
 
 
 def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queries: int,
-                window: int, block_size: int, partition_size: int, cu: int, arch: str,
+                window: int, block_size: int, partition_size: int | None, cu: int, arch: str,
                 force_split: bool | None, group: int = 1, head_dim: int = 128, elem: int = 1) -> DecodePlan:
     """Choose the row tiles (the query split), the launch config, one-pass or split, the partition
     count and size. A sequence runs num_kv_heads * row_tiles programs a partition; `elem` is the
-    cache's element size in bytes."""
+    cache's element size in bytes; partition_size None: the launch config's (or PARTITION_SIZE)."""
     rows = group * num_queries
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
     work = num_seqs * num_kv_heads * eff // max(cu, 1)  # keys each CU walks
@@ -109,12 +112,14 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
         return m_pad, tiles, tuning.config(arch, head_dim, m_pad, elem, work, programs)
 
     m_pad, tiles, launch = tiled(float("inf"))  # a split makes programs enough for any row
+    if partition_size is None:
+        partition_size = max(block_size, launch.partition_size or tuning.PARTITION_SIZE)
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
     grid = max(num_seqs * num_kv_heads * tiles, 1)
     split = force_split is not False
     if force_split is None:
-        wanted = grid < cu or n_full >= LONG_WALK_PARTS
+        wanted = grid < cu or n_full >= LONG_WALK_PARTS or grid < launch.min_programs * cu
         split = arch in split_archs() and n_full >= 2 and wanted
     if not split:
         if grid < launch.min_programs * cu:  # a one-pass launch has only its grid to spread the keys

@@ -53,7 +53,9 @@ class LaunchConfig:
     query rows (G * Q) a program of the row holds; max_elem: the largest cache element (bytes;
     None: any); min_work: the fewest keys each CU must walk for the row to apply; keys_m: keys as
     the MMA's M (module docstring); programs_per_cu: what a split aims for (None: the arch's);
-    min_programs: the fewest programs per CU a one-pass launch of the row needs."""
+    min_programs: the fewest programs per CU a one-pass launch of the row needs (the auto path
+    splits below it); partition_size: the keys a split partition takes where the caller leaves
+    it to the table (None: PARTITION_SIZE)."""
 
     max_head_dim: int
     block_n: int
@@ -68,6 +70,7 @@ class LaunchConfig:
     keys_m: bool = False
     programs_per_cu: int | None = None
     min_programs: float = 0.0
+    partition_size: int | None = None
 
     def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf")) -> bool:
         """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
@@ -106,8 +109,13 @@ _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with 
 # _FULL is where it starts, fewer keys are not measured.
 _FULL = 1536
 # Programs per SM a one-pass launch of a one-warp row needs on sm90: 512 programs on 132 SMs (3.9) beat
-# four warps (262.6 against 307.4 us at 64 x 8192 / 4096), 64 (0.5) lost (233.5 against 114.6 at 8 x 8192).
-_ONE_PASS = 2.0
+# four warps (262.6 against 307.4 us at 64 x 8192 / 4096); 256 (1.9) lost (42.8 against 33.5 at 32 x 590),
+# 64 (0.5) too (233.5 against 114.6 at 8 x 8192). Below it the auto path splits.
+_ONE_PASS = 3.0
+# From 1024 keys a CU (32 x 590 / 4096: 1144) one-warp programs pay when split into partitions of 128 keys:
+# 27.1 us against 30.7 with 256 and 33.5 for four warps one-pass; at 8 x 8192 (1986) 256 stays ahead (39.8
+# against 42.2 with 128). bench/NOTES.md.
+_HALF = 1024
 _WIDE = ("D 512 and 1024 (fewer query rows a program, plan.tile_rows) are not timed anywhere yet: the "
          "smallest step, 8 warps and one stage. They spill: at D 1024 (16 rows, per-token fp8) sm90 takes 255 "
          "registers and a 632-byte stack, gfx942 256 VGPRs and 248 spilled; a bench row on the device picks "
@@ -116,6 +124,9 @@ TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_FULL,
                                           keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
                                           spills=_SM90_CAP),
+                             LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_HALF,
+                                          keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
+                                          partition_size=128, spills=_SM90_CAP),
                              LaunchConfig(128, 16, 1, 4, max_rows=8, max_elem=2, min_work=_FULL, keys_m=True,
                                           programs_per_cu=8, min_programs=_ONE_PASS, spills=_SM90_KEYS_M),
                              LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
@@ -142,6 +153,15 @@ TABLES = {
 }
 DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2), LaunchConfig(1024, 16, 8, 1)),
                      split=False, programs_per_cu=2)
+
+
+PARTITION_SIZE = 256  # keys a split partition takes where neither the caller nor the row says
+
+
+def partition_sizes() -> tuple:
+    """Every partition size a row of any table (or the default) may choose, smallest first."""
+    sizes = {row.partition_size for table in (*TABLES.values(), DEFAULT) for row in table.rows}
+    return tuple(sorted((sizes - {None}) | {PARTITION_SIZE}))
 
 
 def tuning(arch: str) -> ArchTuning:

@@ -20,23 +20,20 @@ buffer.
 """
 
 import torch
-from triton.runtime import driver
+
+from kernels import arch
 
 _STORES: dict[tuple, dict] = {}
 
 
-def default_store(device: torch.device) -> dict:
-    """The scratch store of `device`'s current stream (CPU: one per device)."""
+def default_store(device: torch.device, stream: int | None = None) -> dict:
+    """The scratch store of `device`'s current stream (CPU: one per device); `stream`: that stream's
+    raw handle where the caller has it (kernels.arch.raw_stream)."""
     if not isinstance(device, torch.device):
         device = torch.device(device)
-    stream = _raw_stream(device.index) if device.type == "cuda" else 0
+    if stream is None:
+        stream = arch.raw_stream(device)
     return _STORES.setdefault((device.type, device.index, stream), {})
-
-
-def _raw_stream(index: int | None) -> int:
-    """The handle of device `index`'s (None: the current device's) current stream, as Triton's launcher
-    reads it (cheaper than torch.cuda.current_stream, which builds a Stream object)."""
-    return driver.active.get_current_stream(torch.cuda.current_device() if index is None else index)
 
 
 def _fits(store: dict, name: str, device: torch.device, numel: int) -> bool:
