@@ -10,8 +10,8 @@ and the SDPA peer: `scaled_dot_product_attention(..., enable_gqa=True)` on
 already gathered, contiguous windows in the query's dtype. For each path it
 gives the bytes the window needs (K, V and their per-token scales), TB/s and
 the percentage of the copy; for auto, the host time of a plain call
-(the median over HOST_CALLS calls of the time a call takes to return, each
-started on an idle device: bench.timing.host_us). Inputs rotate over
+(HOST_CALLS calls enqueued behind a busy device, no sync inside, over their
+count: bench.timing.host_us). Inputs rotate over
 enough copies to be several times the L2, so no path is timed out of cache.
 
 --baseline DIR adds the auto path of another checkout's kernels (bench.baseline),
@@ -43,7 +43,7 @@ from kernels.paged_decode import api as decode_api
 from kernels.paged_decode import plan as decode_plan
 from kernels.paged_decode import tuning
 
-HOST_CALLS = 300
+HOST_CALLS = 200
 L2_MULTIPLE = 4  # rotate over input copies totalling at least this many L2 sizes
 
 

@@ -13,7 +13,7 @@ state out; the varlen rows pack sequences of mixed lengths on T) it gives:
 - the bytes a forward must move at least (q, k, v, g, beta and o in bf16, the
   final state in fp32), as TB/s and as a percentage of the copy;
 - the plain-call time of each (calls back to back, synchronised once) and its
-  host time (the median time a call takes to return, started on an idle device);
+  host time (calls enqueued behind a busy device, no sync inside, over their count);
 - how far the two agree: RMS of the difference over the RMS of FLA's output,
   and the same for the final states.
 

@@ -112,17 +112,20 @@ def copy_tbps(*, gib: int = 1, rounds: int = 20) -> float:
     return 2 * n / (statistics.median(times) * 1e-3) / 1e12
 
 
+HOST_SLEEP_CYCLES = 400_000_000  # about 0.2 s of a GPU clock: longer than the timed calls take to enqueue
+
+
 def host_us(fn, calls: int) -> float:
-    """Host time of a plain call in us: the median over `calls` calls of the time `fn` takes to
-    return, each started with the device idle (a sync before it, none inside). Back-to-back calls
-    would measure the device instead once their kernels outlast the enqueue: the launch queue
-    fills and each launch waits for room."""
+    """Host time of a plain call in us: `calls` calls enqueued back to back (no sync inside) over
+    their count, behind a kernel that keeps the device busy meanwhile (torch.cuda._sleep): the
+    queue neither fills behind slow kernels (a launch would wait for room) nor starts empty on
+    an idle device (the first launch to it costs more)."""
     fn()
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
     torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
+    torch.cuda._sleep(HOST_SLEEP_CYCLES)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6

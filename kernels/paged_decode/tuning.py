@@ -89,12 +89,22 @@ class LaunchConfig:
 class ArchTuning:
     """rows: launch configs by head size; split: the auto path may split on this arch;
     programs_per_cu: partition programs the split aims for per CU; fp8_dot: the dot operand
-    dtype of fp8 caches ("fp16", or None for the query's dtype)."""
+    dtype of fp8 caches ("fp16", or None for the query's dtype); the split's reduce:
+    reduce_dims, the dims a program takes (a power of two; the head's width where it is
+    narrower), reduce_block, the most elements of the block of partitions it loads a step
+    ([partitions, rows, dims]), and reduce_warps."""
 
     rows: tuple
     split: bool
     programs_per_cu: int
     fp8_dot: str | None = None
+    # One-warp reduce programs of 32 dims taking a [partitions, rows, dims] block of 4096 elements a
+    # step: the reduce at 1 x 8192 / 4096 on the H200 went from 6.5 to 3.8-4.4 us (one partition a
+    # step, four warps, all dims: every partition waited for its loads), at 8 x 32768 from 9.6 to 3.9;
+    # four warps or 2048-element blocks lost (bench/NOTES.md).
+    reduce_dims: int = 32
+    reduce_block: int = 4096
+    reduce_warps: int = 1
 
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
