@@ -79,7 +79,8 @@ class Bound:
     Everything of the key but the leading arguments' specializations is computed once, here.
     A Bound serves one argument signature on one device (an entry keeps one per signature):
     after its first launches it keeps each compiled specialization's launcher by the leading
-    tensors' alignments alone (their dtypes, and the device, are the signature's), so a call
+    tensors' alignments alone (their dtypes, and the device, are the signature's; leading
+    arguments that are not all tensors are keyed by what Triton specializes on), so a call
     pays for those alignments and Triton's launcher; `stream`, the raw handle of the current
     stream where the caller has it (kernels.arch.raw_stream), spares the launcher asking.
     """
@@ -104,10 +105,12 @@ class Bound:
         if self._interpreted:
             self.fn[self.grid](*tensors, *self.tail, **self.constexprs, **self.options)
             return
-        if _HIP_2GB is None:
-            aligned = tuple([t.data_ptr() % 16 == 0 for t in tensors])
-        else:
-            aligned = tuple([_spec(t) for t in tensors])
+        try:
+            aligned = tuple([t.data_ptr() % 16 == 0 for t in tensors]) if _HIP_2GB is None else None
+        except AttributeError:  # a leading argument that is not a tensor (the KDA launches pass ints)
+            aligned = None
+        if aligned is None:
+            aligned = tuple(map(_spec, tensors))
         runner = self._runners.get(aligned)
         if runner is not None:
             runner(*tensors, *self._trailing, stream=stream)
