@@ -101,7 +101,7 @@ class ArchTuning:
     # One-warp reduce programs of 32 dims taking a [partitions, rows, dims] block of 4096 elements a
     # step: the reduce at 1 x 8192 / 4096 on the H200 went from 6.5 to 3.8-4.4 us (one partition a
     # step, four warps, all dims: every partition waited for its loads), at 8 x 32768 from 9.6 to 3.9;
-    # four warps or 2048-element blocks lost (bench/NOTES.md).
+    # four warps or 1024-element blocks lost (bench/NOTES.md).
     reduce_dims: int = 32
     reduce_block: int = 4096
     reduce_warps: int = 1
@@ -114,8 +114,8 @@ _SM90_CAP = ("a cap of 168 registers (12 one-warp programs an SM) leaves a stack
 _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with the stack they take: 255 "
                 "registers and 64 to 250 bytes (bf16 caches, D 192 and 256 with bit-decoded e4m3fnuz or per-tensor "
                 "scales), 1.5 KB at D 512; each row was faster than the rows-as-M one it replaced where timed")
-# Keys each CU walks from which a one-warp row pays on sm90: 8 x 8192 / window 4096 (1986) gains, 32 x 590
-# (1144) loses (bench/NOTES.md). The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
+# Keys each CU walks from which a one-warp row with 256-key partitions pays on sm90: 8 x 8192 / window 4096
+# (1986) gains; 32 x 590 (1144) gains less than with 128-key ones (_HALF). bench/NOTES.md. The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
 # _FULL is where it starts, fewer keys are not measured.
 _FULL = 1536
 # Programs per SM a one-pass launch of a one-warp row needs on sm90: 512 programs on 132 SMs (3.9) beat
