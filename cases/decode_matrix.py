@@ -22,12 +22,10 @@ all-pairs cut of the other factors with that distribution fixed, at long
 contexts.
 
 The CPU tier also leaves out what the interpreter cannot afford (`affordable`):
-rows whose two sequences' keys x (Hq * Q + Hkv) x D pass CPU_WORK, the cost the
-interpreter pays roughly in proportion to (a wide head, many query rows a kv
-head or MTP over a whole 1024- or 4096-key window). Under the cap the rows'
-summed cost is a third of the uncapped array's (254M against 712M), and the
-costliest rows had taken up to 42 s a case on two cores; every pair of factor
-values is still covered by cheaper rows, and the GPU tier runs them all.
+a head of 192 dims or more walking a whole 4096-key window (lengths `w-1`, `w`,
+`w+1`, `long` there). Those rows took 60% of the CPU tier's time (up to 70 s a
+case on two cores); every pair of factor values they held is still covered by
+cheaper rows, and the GPU tier runs them all.
 
 Three combinations are undefined and left out (`defined`): D 1024 in a bf16
 cache (the kernel takes D 1024 with fp8 caches only), `peaked` values with
@@ -80,8 +78,7 @@ def resolve_length(name: str, block: int, window: int, tier: str) -> int:
 
 
 READS = ("cache", "d", "dist", "heads", "q")  # the factors `defined` reads
-CPU_READS = READS + ("window", "length", "block")  # and those `affordable` reads
-CPU_WORK = 24_000_000  # the most keys x (Hq * Q + Hkv) x D a CPU-tier row may cost
+CPU_READS = READS + ("window", "length")  # and those `affordable` reads
 
 
 def defined(row: dict) -> bool:
@@ -97,16 +94,9 @@ def defined(row: dict) -> bool:
     return not (row.get("dist") == "subnormal" and row["cache"] == "bf16")
 
 
-def cpu_cost(row: dict) -> int:
-    """keys x (Hq * Q + Hkv) x D of a row's two sequences in the CPU tier."""
-    hq, hkv = row["heads"]
-    keys = resolve_length(row["length"], row["block"], row["window"], "cpu")
-    return (keys + keys // 3 + 1) * (hq * row["q"] + hkv) * row["d"]
-
-
 def affordable(row: dict) -> bool:
-    """False for the rows the CPU tier leaves out: those costing more than CPU_WORK (module docstring)."""
-    return cpu_cost(row) <= CPU_WORK
+    """False for the rows the CPU tier leaves out: D >= 192 over a whole 4096-key window (module docstring)."""
+    return not (row["d"] >= 192 and row["window"] == 4096 and row["length"] in ("w-1", "w", "w+1", "long"))
 
 
 def _cpu_row(row: dict) -> bool:

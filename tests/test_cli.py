@@ -70,7 +70,7 @@ def test_shards_are_contiguous_and_cover_every_case_once():
 
 def test_merge_joins_shards(tmp_path, capsys):
     for i in range(2):
-        assert cli.main(["run", "--tier", "cpu", "-k", "L0_1 q4", "--shard", f"{i}/2",
+        assert cli.main(["run", "--tier", "cpu", "-k", "L0_1 q4 onepass", "--shard", f"{i}/2",
                          "--json", str(tmp_path / f"s{i}.json")]) == 0
     capsys.readouterr()
     assert cli.main(["merge", str(tmp_path / "s0.json"), str(tmp_path / "s1.json")]) == 0
@@ -94,7 +94,7 @@ def test_mutants_prints_the_kill_matrix(capsys):
 
 
 def test_workers_judge_the_same_cases_as_one_process(tmp_path, capsys):
-    words = ["-k", "L0_1 q4"]
+    words = ["-k", "L0_1 q4 onepass"]
     assert cli.main(["run", "--tier", "cpu", *words, "--json", str(tmp_path / "one.json")]) == 0
     assert cli.main(["run", "--tier", "cpu", *words, "--workers", "2", "--json", str(tmp_path / "two.json")]) == 0
     capsys.readouterr()
@@ -235,8 +235,8 @@ def test_timeout_must_be_positive_seconds(value, capsys):
 
 # Two cases: with window-off-by-one planted the w1 one fails, the w4096 one (lengths 0 and 1) passes.
 PLANTED = "L0_1 q2 onepass"
-PLANTED_FAIL = "decode-e4m3fn-tensor-b16-hq16-hkv16-d1024-w1-L0_1-q2-shuffled-flat-cu256-onepass"
-PLANTED_PASS = "decode-bf16-token-b128-hq32-hkv8-d192-w4096-L0_1-q2-plain-saturate-cu256-onepass"
+PLANTED_FAIL = "decode-e4m3fnuz-token-b16-hq16-hkv16-d512-w1-L0_1-q2-shuffled-cu1-onepass"
+PLANTED_PASS = "decode-e4m3fnuz-token-b64-hq16-hkv16-d128-w4096-L0_1-q2-shuffled-scalespread-cu256-onepass"
 
 
 def test_a_run_with_a_planted_failure_writes_page_markdown_pictures_and_junit(tmp_path, capsys):
