@@ -391,3 +391,22 @@ def test_environment_reader_sees_every_change(monkeypatch):
     assert first[0] is not None and read()[0] != first[0] and read()[1] is None
     monkeypatch.delenv("QUANTFLOOR_TEST_A")
     assert read() == (None, None)
+
+
+def test_an_entry_call_without_a_partition_size_takes_the_launch_tables():
+    """32 x 590 / 4096 on sm90 (132 CUs) falls in the one-warp row of 128-key partitions: a plain
+    call splits into 5 of them, as the plan with no size asked says (red with the entry's default
+    a fixed 256, which gave 3 and ignored the table)."""
+    from kernels import launch
+
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 32, 8, 128, 4096, (590,) * 32, 1, "shuffled", "auto")
+    meta = decode_cases.build_meta(case)
+    with arch.planned("sm90", 132), launch.recorded() as calls:
+        paged_attention_decode(meta.out, meta.query, meta.key_cache, meta.value_cache, meta.block_tables,
+                               meta.seq_lens, meta.scale, meta.k_scale, meta.v_scale, case.window, max_seq_len=590)
+    plan = decode_plan.plan_decode(num_seqs=32, num_kv_heads=8, max_seq_len=590, num_queries=1, window=4096,
+                                   block_size=16, partition_size=None, cu=132, arch="sm90", force_split=None,
+                                   group=4, head_dim=128, elem=1)
+    partition = [one for one in calls if one.fn.__name__ == "decode_partition_kernel"]
+    assert plan.split and plan.n_part == 5
+    assert [one.grid[2] for one in partition] == [plan.n_part]

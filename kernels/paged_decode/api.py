@@ -172,7 +172,7 @@ def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                            k_scale, v_scale, sliding_window, *, layout="shuffled", max_seq_len=None,
-                           partition_size=256, force_split=None, workspace=None, validate=None):
+                           partition_size=None, force_split=None, workspace=None, validate=None):
     """Windowed paged decode attention over an fp8 (or bf16/fp16) KV cache; writes and returns `out`.
 
     query        [num_seqs, Hq, D] or [num_seqs, Q, Hq, D] (MTP), bf16 or fp16, last dim contiguous
