@@ -237,3 +237,29 @@ def test_amd_decode_tables_keep_two_waves_without_spills(tmp_path, target, fp8_m
     part = next(r for r in data["binaries"] if r["kernel"] == "decode_partition_kernel")
     assert part["constexprs"]["M_PAD"] == 64 and part["constexprs"]["FP8_MODE"] == fp8_mode
     assert part["occupancy"] >= 2 and part["spills"] == 0 and part["scratch"] == 0 and part["registers"] <= 256
+
+
+def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
+    """--reuse: a specialization whose compiler inputs equal a binary's in the earlier report takes
+    that binary's facts (a marked register count comes back) and is not compiled; one whose inputs
+    differ (a launch table changed) is compiled (red if every spec compiled, or if any were lent)."""
+    rc, _, first = _compile(["compile", "--tier", "cpu", "-k", CASE, "--target", "gfx942"], tmp_path)
+    assert rc == 0 and not first["binaries"][0]["reused"]
+    first["binaries"][0]["registers"] = 7
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(first))
+    argv = ["compile", "--tier", "cpu", "-k", CASE, "--target", "gfx942", "--reuse", str(earlier)]
+    rc, out, again = _compile(argv, tmp_path)
+    assert out.strip().splitlines()[-1] == (
+        "compiled 1 kernels for 1 targets (1 of them unchanged since the earlier report, not compiled again): "
+        "0 failures, 0 with spills"), out
+    row = again["binaries"][0]
+    assert rc == 0 and row["reused"] and row["registers"] == 7 and row["sha256"] == first["binaries"][0]["sha256"]
+    plant = _TABLE.format(row="tuning.LaunchConfig(256, 32, 4, 2)")  # another step: other compiler inputs
+    rc, out, changed = _compile(argv, tmp_path, plant=plant)
+    row = changed["binaries"][0]
+    assert rc == 0 and not row["reused"] and row["registers"] > 7 and row["inputs"] != first["binaries"][0]["inputs"]
+    missing = subprocess.run([sys.executable, "-m", "verify", "compile", "--tier", "cpu", "-k", CASE, "--target",
+                              "gfx942", "--reuse", str(tmp_path / "none.json")], cwd=ROOT, capture_output=True,
+                             text=True, env=dict(os.environ, TRITON_INTERPRET="0"), timeout=600)
+    assert missing.returncode == 2 and "--reuse: expected a report written by quantfloor compile --json" in missing.stderr

@@ -73,7 +73,8 @@ class Binary:
     instruction touches scratch (AMD: a scratch_* load or store; NVIDIA: any stack); lds: LDS or
     shared bytes per workgroup; occupancy: waves per SIMD (AMD) or warps per SM (NVIDIA); error:
     the compiler's message when it failed (the facts are then 0), or why it cannot launch; known:
-    why the launch tables expect it to spill, when it spills and they do."""
+    why the launch tables expect it to spill, when it spills and they do; reused: its facts come
+    from an earlier report's binary of equal compiler inputs (`compile_all`), nothing compiled."""
 
     target: str
     kernel: str
@@ -97,6 +98,7 @@ class Binary:
     seconds: float = 0.0
     error: str = ""
     known: str = ""
+    reused: bool = False
 
     @property
     def spilled(self) -> bool:
@@ -350,10 +352,23 @@ def uncompiled(specs: list[_Spec]) -> list[Binary]:
             for s in specs]
 
 
-def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None) -> list[Binary]:
-    """Compile every specialization (in `workers` processes when more than one); Binaries in order."""
+# What a compiled binary's facts are (Binary): the fields an earlier report lends a specialization of equal inputs.
+_FACTS = ("sha256", "registers", "agprs", "sgprs", "spills", "sgpr_spills", "scratch", "scratch_used", "lds",
+          "occupancy", "error")
+
+
+def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None, earlier=()) -> list[Binary]:
+    """Compile every specialization (in `workers` processes when more than one); Binaries in order.
+
+    A specialization whose compiler inputs equal those of a compiled binary of `earlier` (the
+    Binaries of a previous report) takes that binary's facts and is not compiled: equal inputs
+    give equal binaries (the inputs hash holds the kernel's source and what it calls, the
+    specialization, the options, the target and the compiler). Whether a spill is known is
+    decided afresh from the launch tables either way."""
     _quiet_compiler()
-    tasks = [(s.target, s.example, s.index, s.key) for s in specs]
+    known = {b.inputs: b for b in earlier if b.inputs and (b.sha256 or b.error)}
+    todo = [i for i, s in enumerate(specs) if s.inputs not in known]
+    tasks = [(specs[i].target, specs[i].example, specs[i].index, specs[i].key) for i in todo]
     results: list = [None] * len(tasks)
     if workers <= 1:
         for i, task in enumerate(tasks):
@@ -368,8 +383,13 @@ def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None) -> list[B
                 results[i] = future.result()
                 if on_done is not None:
                     on_done(i + 1, len(tasks))
+    compiled = dict(zip(todo, results))
     binaries = uncompiled(specs)
-    for binary, facts in zip(binaries, results):
+    for i, binary in enumerate(binaries):
+        facts = compiled.get(i)
+        if facts is None:
+            facts = {name: getattr(known[binary.inputs], name) for name in _FACTS}
+            facts["reused"] = True
         for name, value in facts.items():
             setattr(binary, name, value)
         if binary.spilled:
@@ -456,10 +476,13 @@ def known_spills(rows: list[Binary]) -> str:
 
 
 def summary(rows: list[Binary], n_targets: int) -> str:
-    """The last line of `quantfloor compile`."""
+    """The last line of `quantfloor compile` (kernels whose facts an earlier report lent are counted
+    with the compiled ones, and named)."""
     failed = sum(1 for b in rows if b.error)
     spilled = sum(1 for b in rows if b.spilled)
-    return f"compiled {len(rows)} kernels for {n_targets} targets: {failed} failures, {spilled} with spills"
+    lent = sum(1 for b in rows if b.reused)
+    reused = f" ({lent} of them unchanged since the earlier report, not compiled again)" if lent else ""
+    return f"compiled {len(rows)} kernels for {n_targets} targets{reused}: {failed} failures, {spilled} with spills"
 
 
 def _same(a: Binary, b: Binary) -> bool:

@@ -10,6 +10,7 @@
     quantfloor merge REPORT.json ... [OUTPUTS]
     quantfloor sanitize [--tier T] [-k WORDS] [--tool memcheck,racecheck,initcheck,synccheck]
     quantfloor compile [--target gfx942,gfx950,gfx1250,sm90] [--tier T] [-k WORDS] [--json PATH] [--workers N]
+                       [--reuse EARLIER.json]
     quantfloor bindiff BEFORE.json AFTER.json
 
 OUTPUTS: [--json PATH] [--md PATH] [--html PATH] [--png DIR] [--junit PATH] [--heat A,B]: the JSON
@@ -320,6 +321,10 @@ def cmd_compile(argv: list, args) -> int:
         env = dict(os.environ, TRITON_INTERPRET="0")
         return subprocess.call([sys.executable, "-m", "verify", *argv], env=env)
     tier = _tier(args, judged=False)
+    try:
+        earlier = binaries.read_json(args.reuse) if args.reuse else ()
+    except (OSError, ValueError) as exc:  # no such file, not JSON, or not a compile report
+        raise ValueError(f"--reuse: expected a report written by quantfloor compile --json, got {exc}") from None
     started = time.perf_counter()
     cases = _compiled_cases(tier, args.k)
     specs = binaries.plan(cases, chosen)
@@ -340,7 +345,7 @@ def cmd_compile(argv: list, args) -> int:
             print(f"  compiled {done}/{total}, {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
             shown[0] = time.perf_counter()
 
-    built = binaries.compile_all(specs, workers=args.workers, on_done=progress)
+    built = binaries.compile_all(specs, workers=args.workers, on_done=progress, earlier=earlier)
     print(binaries.table(built))
     for b in built:
         if b.error:
@@ -422,6 +427,9 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("--target", default=",".join(targets.TARGETS),
                       help=f"comma list of {', '.join(targets.TARGETS)} (default: all)")
     comp.add_argument("--json", default=None, help="write every binary's facts and hash here")
+    comp.add_argument("--reuse", default=None, metavar="EARLIER.json",
+                      help="take the facts of each specialization whose compiler inputs equal a binary's in this "
+                           "earlier --json report (same sources, Triton and target), and compile only the others")
     comp.add_argument("--workers", type=int, default=1, help="compile in this many processes (default 1)")
     comp.add_argument("--no-compile", action="store_true",
                       help="only list the specializations and the hash of their compiler inputs (equal inputs "
