@@ -263,14 +263,10 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
         dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
     if not plan.split:
         return dict(partition=partition, reduce=None, workspace=None)
-    table = _tuning.tuning(_arch.arch_name(device))
-    d_block = min(tile["D"], table.reduce_dims)
-    # partitions a reduce step folds: a power of two, within the table's block, no more than there are
-    unroll = min(_plan.pow2_at_least(plan.n_part), 1 << (max(1, table.reduce_block // (plan.m_pad * d_block))
-                                                         .bit_length() - 1))
-    reduce = _launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, tile["D"] // d_block),
-                           (plan.n_part, *call.strides[:3], *ws_strides), dict(**tile, D_BLOCK=d_block, UNROLL=unroll),
-                           dict(num_warps=table.reduce_warps, num_stages=1))
+    reduce = _launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, tile["D"] // plan.reduce_dims),
+                           (plan.n_part, *call.strides[:3], *ws_strides),
+                           dict(**tile, D_BLOCK=plan.reduce_dims, UNROLL=plan.reduce_unroll),
+                           dict(num_warps=_tuning.tuning(_arch.arch_name(device)).reduce_warps, num_stages=1))
     ml_shape = (num_seqs, num_kv_heads, plan.p2, rows)
     return dict(partition=partition, reduce=reduce, workspace=(ml_shape, (*ml_shape, head_dim)))
 

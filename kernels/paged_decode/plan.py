@@ -18,6 +18,8 @@ attends. The split spreads that walk over partitions when it pays:
   partition grows (block aligned, never below `partition_size`) so that the
   partitions still cover every key;
 - the workspace's partition dim is the count rounded up to a power of two;
+- the reduce's programs take the arch table's `reduce_dims` dims and fold a block of
+  partitions of at most `reduce_block` elements a step;
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
   most `tile_rows(D)` rows; when even so the sequences' programs would leave
   CUs idle, the tiles shrink to the rows of fewer query positions (down to the
@@ -43,7 +45,8 @@ class DecodePlan:
     """split: run partition + reduce; n_part partitions of part_size keys;
     p2: the workspace's partition dim (next power of two of n_part); the G * Q query rows of a
     kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split); launch: the
-    partition kernel's launch config."""
+    partition kernel's launch config; the reduce (split only, else 0): a program takes
+    reduce_dims dims and folds reduce_unroll partitions a step."""
 
     split: bool
     n_part: int
@@ -52,6 +55,8 @@ class DecodePlan:
     m_pad: int
     row_tiles: int
     launch: tuning.LaunchConfig
+    reduce_dims: int = 0
+    reduce_unroll: int = 0
 
 
 def split_archs() -> tuple[str, ...]:
@@ -128,5 +133,10 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
                           m_pad=m_pad, row_tiles=tiles, launch=launch)
     n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch) * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
+    table = tuning.tuning(arch)
+    dims = min(pow2_at_least(head_dim), table.reduce_dims)
+    # partitions a reduce step folds: a power of two, within the table's block, no more than there are
+    fits = max(1, table.reduce_block // (m_pad * dims))
+    unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
-                      row_tiles=tiles, launch=launch)
+                      row_tiles=tiles, launch=launch, reduce_dims=dims, reduce_unroll=unroll)
