@@ -410,3 +410,17 @@ def test_an_entry_call_without_a_partition_size_takes_the_launch_tables():
     partition = [one for one in calls if one.fn.__name__ == "decode_partition_kernel"]
     assert plan.split and plan.n_part == 5
     assert [one.grid[2] for one in partition] == [plan.n_part]
+
+
+def test_the_reduce_folds_blocks_within_the_tables_size():
+    """sm90's reduce: 32 dims a program and a [partitions, rows, dims] block of at most 4096 elements
+    a step, never more partitions than there are (1 x 8192 / 4096: 17 of 16 rows, 8 a step; 64 x
+    8192: 3, 4 a step)."""
+    common = dict(num_kv_heads=8, max_seq_len=8192, num_queries=1, window=4096, block_size=16, partition_size=None,
+                  cu=132, arch="sm90", force_split=None, group=4, head_dim=128)
+    one = decode_plan.plan_decode(num_seqs=1, **common)
+    many = decode_plan.plan_decode(num_seqs=64, **common)
+    assert (one.n_part, one.m_pad, one.reduce_dims, one.reduce_unroll) == (17, 16, 32, 8)
+    assert (many.n_part, many.reduce_dims, many.reduce_unroll) == (3, 32, 4)
+    onepass = decode_plan.plan_decode(num_seqs=1, **{**common, "force_split": False})
+    assert (onepass.reduce_dims, onepass.reduce_unroll) == (0, 0)
