@@ -137,6 +137,24 @@ def test_a_crash_fails_exactly_its_case_and_a_fresh_worker_goes_on(capsys):
     assert [(v.case_id, v.reasons) for v in verdicts] == [(v.case_id, v.reasons) for v in alone]
 
 
+def test_a_message_torn_by_a_dying_worker_reads_as_its_death():
+    """A worker killed while it writes leaves a partial message on its own pipe: the supervisor
+    reads that as the worker's end (None), not as an exception that stops the run, and a whole
+    message on the same kind of pipe still arrives."""
+    import multiprocessing
+    import struct
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    theirs.send(("done", 3, None))
+    assert parallel.receive(ours) == ("done", 3, None)
+    theirs.send_bytes(b"\x80\x05not a pickle")
+    assert parallel.receive(ours) is None
+    os.write(theirs.fileno(), struct.pack("!i", 1000) + b"only ten b")  # a length the bytes never reach
+    theirs.close()
+    assert parallel.receive(ours) is None
+    assert parallel.receive(ours) is None  # and the end of file after it
+
+
 def test_a_case_past_its_time_limit_fails_and_the_run_goes_on(capsys):
     mutant = mutants.by_name("endless-loop")
     hang = parallel.Task(mutants.regression_of(mutant).id, mutant.name)

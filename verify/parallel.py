@@ -13,6 +13,14 @@ supervisor hands each worker process one job at a time, and
   "crashed: <the CUDA error>", and its worker exits;
 - either way a fresh worker takes over and the run goes on.
 
+Each worker talks to the supervisor over its own pipe, written directly (no
+feeder thread, no lock shared with other workers): a worker that dies in the
+middle of a message, even while writing it, tears only its own pipe, which
+the supervisor reads as that worker's death and drops with it. A lock or a
+pipe shared by all workers would, held by a dead one, stop every other
+worker's verdicts. The supervisor waits on no worker without a bound: one
+that does not exit when told to is killed.
+
 Worker w of N starts on the w-th slice of the jobs and walks it in order
 (neighbouring cases share kernel specializations); one whose slice is done
 takes the back half of the largest slice left. A worker settles on GPU
@@ -26,11 +34,12 @@ too). Verdicts come back in the order of the tasks.
 import contextlib
 import multiprocessing
 import os
-import queue
+import pickle
 import signal
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import wait
 
 from verify import device as _device
 from verify import gate, impls, mutants, progress, runner
@@ -38,6 +47,7 @@ from verify import gate, impls, mutants, progress, runner
 POLL_SECONDS = 0.2
 START_SECONDS = 600.0  # a worker that has not begun its first task by then is stuck starting
 MAX_FAILED_STARTS = 3  # workers of one slot in a row that died before beginning a task
+EXIT_SECONDS = 30.0  # a worker told to stop that has not exited by then is killed
 
 
 @dataclass(frozen=True)
@@ -60,14 +70,14 @@ def broken_context(device) -> str | None:
     return None
 
 
-def _work(slot: int, workers: int, inbox, results, impl_specs: tuple) -> None:
+def _work(slot: int, workers: int, conn, impl_specs: tuple) -> None:
     device = _device.setup()
     _device.pin_worker(slot, workers)
     runner.use(impls.select(impl_specs))
     with contextlib.ExitStack() as planted, open(os.devnull, "w") as quiet:
         in_place = None
         while True:
-            item = inbox.get()
+            item = conn.recv()
             if item is None:
                 break
             index, task = item
@@ -76,21 +86,31 @@ def _work(slot: int, workers: int, inbox, results, impl_specs: tuple) -> None:
                 if task.mutant is not None:
                     planted.enter_context(mutants.applied(mutants.by_name(task.mutant)))
                 in_place = task.mutant
-            results.put(("start", slot, index, None))
+            conn.send(("start", index, None))
             try:
                 job = runner.job_for_id(task.case_id)
             except Exception as exc:  # an id that does not parse fails alone
-                results.put(("done", slot, index, gate.failed(_suite(task.case_id), task.case_id,
-                                                                f"raised {type(exc).__name__}: {exc}")))
+                conn.send(("done", index, gate.failed(_suite(task.case_id), task.case_id,
+                                                      f"raised {type(exc).__name__}: {exc}")))
                 continue
             (verdict,) = runner.run([job], device, stream=quiet)
             broken = broken_context(device)
             if broken is not None:  # no CUDA call of this process can succeed any more
-                results.put(("last", slot, index, gate.failed(job.suite, job.case_id, f"crashed: {broken}")))
-                results.close()
-                results.join_thread()
+                conn.send(("last", index, gate.failed(job.suite, job.case_id, f"crashed: {broken}")))
+                conn.close()
                 os._exit(3)
-            results.put(("done", slot, index, verdict))
+            conn.send(("done", index, verdict))
+
+
+def receive(conn):
+    """The next message on a worker's pipe, or None when the pipe is torn: the worker closed it or
+    died, perhaps in the middle of a message (a partial message reads as end of file, or as bytes
+    that do not unpickle)."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError, pickle.UnpicklingError, AttributeError, ValueError, TypeError, IndexError,
+            ImportError, MemoryError):
+        return None
 
 
 def _suite(case_id: str) -> str:
@@ -110,29 +130,60 @@ def _exit_reason(code) -> str:
 
 
 class _Slot:
-    """One worker position: its process and inbox, its slice [lo, hi) of the tasks, the task it
-    holds (index, time limit), when that was sent and when the worker began it."""
+    """One worker position: its process and the supervisor's end of its pipe, its slice [lo, hi)
+    of the tasks, the task it holds (index, time limit), when that was sent and when the worker
+    began it."""
 
-    def __init__(self, context, index: int, workers: int, results, tasks: list, lo: int, hi: int,
-                 impl_specs: tuple):
-        self.context, self.index, self.workers, self.results, self.tasks = context, index, workers, results, tasks
+    def __init__(self, context, index: int, workers: int, tasks: list, lo: int, hi: int, impl_specs: tuple):
+        self.context, self.index, self.workers, self.tasks = context, index, workers, tasks
         self.impl_specs = impl_specs
         self.lo, self.hi = lo, hi
         self.done = False
         self.failed_starts = 0
+        self.conn = self.proc = None
         self.spawn()
 
     def spawn(self):
+        self.drop()
         self.exiting = False
-        self.inbox = self.context.Queue()
+        self.conn, theirs = self.context.Pipe()
         self.proc = self.context.Process(target=_work, daemon=True,
-                                         args=(self.index, self.workers, self.inbox, self.results, self.impl_specs))
+                                         args=(self.index, self.workers, theirs, self.impl_specs))
         self.proc.start()
+        theirs.close()  # only the worker holds that end now: its death reads as end of file here
         self.job = self.sent = self.started = None
 
     def send(self, index: int, limit: float):
         self.job, self.sent, self.started = (index, limit), time.perf_counter(), None
-        self.inbox.put((index, self.tasks[index]))
+        self._put((index, self.tasks[index]))
+
+    def _put(self, item):
+        try:
+            self.conn.send(item)
+        except OSError:  # the worker is gone: the supervisor's check of the process says why
+            pass
+
+    def finish(self):
+        """No task is left for this slot: its worker is told to exit."""
+        self.done = True
+        if self.proc is not None:
+            self._put(None)
+
+    def stop(self, deadline: float):
+        """Wait for the worker to exit until `deadline` (time.perf_counter()); then it is killed."""
+        if self.proc is not None:
+            self.proc.join(max(0.0, deadline - time.perf_counter()))
+        self.drop()
+
+    def drop(self):
+        """The worker killed if still alive, and its pipe closed."""
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join()
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = self.proc = None
 
 
 def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
@@ -151,9 +202,8 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
         mutants.by_name(name)  # an unknown name is refused here, before any worker starts
     workers = max(1, min(workers, len(tasks)))
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     impls.select(impl_specs)  # a bad spec is refused here, before any worker starts
-    slots = [_Slot(context, w, workers, results, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers,
+    slots = [_Slot(context, w, workers, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers,
                    tuple(impl_specs)) for w in range(workers)]
     judged = {}
     shown = progress.Progress(len(tasks), sys.stderr if stream is None else stream)
@@ -189,30 +239,37 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
             slot.spawn()
 
     def drain(block: bool):
-        try:
-            kind, w, index, verdict = results.get(timeout=POLL_SECONDS) if block else results.get_nowait()
-        except queue.Empty:
-            return False
-        slot = slots[w]
-        if kind == "start" and slot.job and slot.job[0] == index:
-            slot.started = time.perf_counter()
-        elif kind in ("done", "last"):
-            record(index, verdict)
-            if slot.job and slot.job[0] == index:
-                slot.job = None
-            slot.exiting = kind == "last"
-        return True
+        """Read every message waiting on a worker's pipe (waiting POLL_SECONDS at most for one when
+        `block`); False when none came."""
+        live = {slot.conn: slot for slot in slots if slot.conn is not None and not slot.conn.closed}
+        ready = wait(list(live), POLL_SECONDS if block else 0) if live else []
+        if not ready and block and not live:
+            time.sleep(POLL_SECONDS)
+        for conn in ready:
+            slot = live[conn]
+            message = receive(conn)
+            if message is None:  # torn: the worker is dead or dying; its process check says why
+                conn.close()
+                continue
+            kind, index, verdict = message
+            if kind == "start" and slot.job and slot.job[0] == index:
+                slot.started = time.perf_counter()
+            elif kind in ("done", "last"):
+                record(index, verdict)
+                if slot.job and slot.job[0] == index:
+                    slot.job = None
+                slot.exiting = kind == "last"
+        return bool(ready)
 
     while True:
         for slot in slots:
             if slot.exiting:  # its worker said it cannot go on: a fresh one takes its place
-                slot.proc.join()
+                slot.drop()
                 restart(slot)
             if slot.job is None and not slot.done:
                 index = next_index(slot)
                 if index is None:
-                    slot.inbox.put(None)
-                    slot.done = True
+                    slot.finish()
                 else:
                     slot.send(index, runner.time_limit(tasks[index].case_id, timeout_base))
         if all(s.done for s in slots):
@@ -236,19 +293,16 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
                     why += f" before it began (worker start {slot.failed_starts} of {MAX_FAILED_STARTS})"
                 fail(slot, index, f"crashed: {why}")
             elif slot.started is not None and now - slot.started > limit:
-                slot.proc.kill()
-                slot.proc.join()
+                slot.drop()
                 fail(slot, index, f"timed out after {limit:.0f} s")
             elif slot.started is None and now - slot.sent > START_SECONDS:
-                slot.proc.kill()
-                slot.proc.join()
+                slot.drop()
                 slot.failed_starts += 1
                 fail(slot, index, f"crashed: its worker did not start within {START_SECONDS:.0f} s")
         shown.tick()
+    deadline = time.perf_counter() + EXIT_SECONDS
     for slot in slots:
-        slot.proc.join()
-    while drain(block=False):
-        pass
+        slot.stop(deadline)
     shown.close()
     return [judged.get(i) or gate.failed(_suite(t.case_id), t.case_id, "no worker judged it")
             for i, t in enumerate(tasks)]
