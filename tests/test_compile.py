@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from cases import decode as decode_cases
 from cases import kda as kda_cases
@@ -128,7 +129,7 @@ def test_reserved_scratch_that_no_instruction_touches_is_no_spill():
 
 def _compile(argv, tmp_path, *, plant: str = "") -> tuple[int, str, dict | None]:
     """`quantfloor compile ARGV --json` in a process where kernels are compiled (not interpreted),
-    after the Python statements `plant`; (exit code, stdout, the JSON report)."""
+    after the Python statements `plant`; (exit code, stderr then stdout, the JSON report)."""
     report = tmp_path / "binaries.json"
     code = (f"import sys\nfrom verify import cli\n{plant}\n"
             f"sys.exit(cli.main({[*argv, '--json', str(report)]!r}))\n")
@@ -136,7 +137,7 @@ def _compile(argv, tmp_path, *, plant: str = "") -> tuple[int, str, dict | None]
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     data = json.loads(report.read_text()) if report.exists() else None
-    return done.returncode, done.stdout, data
+    return done.returncode, done.stderr + done.stdout, data
 
 
 def test_compile_reports_registers_hashes_and_a_summary(tmp_path):
@@ -253,12 +254,19 @@ def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
     assert out.strip().splitlines()[-1] == (
         "compiled 1 kernels for 1 targets (1 of them unchanged since the earlier report, not compiled again): "
         "0 failures, 0 with spills"), out
+    assert f"1 of them have the compiler inputs of a binary in {earlier}: its facts are taken, 0 are compiled" in out
     row = again["binaries"][0]
     assert rc == 0 and row["reused"] and row["registers"] == 7 and row["sha256"] == first["binaries"][0]["sha256"]
     plant = _TABLE.format(row="tuning.LaunchConfig(256, 32, 4, 2)")  # another step: other compiler inputs
     rc, out, changed = _compile(argv, tmp_path, plant=plant)
     row = changed["binaries"][0]
     assert rc == 0 and not row["reused"] and row["registers"] > 7 and row["inputs"] != first["binaries"][0]["inputs"]
+    assert "0 are compiled" not in out and "1 are compiled" in out and "written with triton" not in out
+    first["meta"]["triton"] = "0.1"  # a report of another compiler: none of its inputs can be equal
+    first["binaries"][0]["inputs"] = "0" * 64
+    earlier.write_text(json.dumps(first))
+    rc, out, _ = _compile(argv, tmp_path)
+    assert rc == 0 and f"{earlier} was written with triton 0.1, this is triton {triton.__version__}" in out, out
     missing = subprocess.run([sys.executable, "-m", "verify", "compile", "--tier", "cpu", "-k", CASE, "--target",
                               "gfx942", "--reuse", str(tmp_path / "none.json")], cwd=ROOT, capture_output=True,
                              text=True, env=dict(os.environ, TRITON_INTERPRET="0"), timeout=600)

@@ -357,6 +357,18 @@ _FACTS = ("sha256", "registers", "agprs", "sgprs", "spills", "sgpr_spills", "scr
           "occupancy", "error")
 
 
+def _lenders(earlier) -> dict:
+    """The binaries of an earlier report that can lend their facts, by compiler inputs."""
+    return {b.inputs: b for b in earlier if b.inputs and (b.sha256 or b.error)}
+
+
+def lendable(specs: list[_Spec], earlier) -> int:
+    """How many of `specs` have the compiler inputs of a binary of `earlier` (compile_all takes
+    their facts from it and compiles only the rest)."""
+    known = _lenders(earlier)
+    return sum(1 for s in specs if s.inputs in known)
+
+
 def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None, earlier=()) -> list[Binary]:
     """Compile every specialization (in `workers` processes when more than one); Binaries in order.
 
@@ -366,7 +378,7 @@ def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None, earlier=(
     specialization, the options, the target and the compiler). Whether a spill is known is
     decided afresh from the launch tables either way."""
     _quiet_compiler()
-    known = {b.inputs: b for b in earlier if b.inputs and (b.sha256 or b.error)}
+    known = _lenders(earlier)
     todo = [i for i, s in enumerate(specs) if s.inputs not in known]
     tasks = [(specs[i].target, specs[i].example, specs[i].index, specs[i].key) for i in todo]
     results: list = [None] * len(tasks)
@@ -405,14 +417,19 @@ def from_json(row: dict) -> Binary:
     return Binary(**row)
 
 
-def read_json(path) -> list[Binary]:
-    """The binaries of a `quantfloor compile --json` report."""
+def read_report(path) -> tuple[dict, list[Binary]]:
+    """The meta (versions, command) and the binaries of a `quantfloor compile --json` report."""
     import json
     with open(path) as fh:
         data = json.load(fh)
     if not isinstance(data, dict) or "binaries" not in data:
         raise ValueError(f"{path}: expected a report written by quantfloor compile --json")
-    return [from_json(row) for row in data["binaries"]]
+    return data.get("meta", {}), [from_json(row) for row in data["binaries"]]
+
+
+def read_json(path) -> list[Binary]:
+    """The binaries of a `quantfloor compile --json` report."""
+    return read_report(path)[1]
 
 
 def _short(value) -> str:

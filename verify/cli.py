@@ -322,7 +322,7 @@ def cmd_compile(argv: list, args) -> int:
         return subprocess.call([sys.executable, "-m", "verify", *argv], env=env)
     tier = _tier(args, judged=False)
     try:
-        earlier = binaries.read_json(args.reuse) if args.reuse else ()
+        earlier_meta, earlier = binaries.read_report(args.reuse) if args.reuse else ({}, ())
     except (OSError, ValueError) as exc:  # no such file, not JSON, or not a compile report
         raise ValueError(f"--reuse: expected a report written by quantfloor compile --json, got {exc}") from None
     started = time.perf_counter()
@@ -332,6 +332,14 @@ def cmd_compile(argv: list, args) -> int:
     print(f"quantfloor compile: {len(cases)} cases of tier {tier} launch {len(specs)} specializations on "
           f"{', '.join(t.name for t in chosen)} (planned in {planned:.1f}s); compiling with {args.workers} "
           f"workers", file=sys.stderr, flush=True)
+    if args.reuse:
+        lent = binaries.lendable(specs, earlier)
+        print(f"  {lent} of them have the compiler inputs of a binary in {args.reuse}: its facts are taken, "
+              f"{len(specs) - lent} are compiled", file=sys.stderr, flush=True)
+        written_by = earlier_meta.get("triton")
+        if lent < len(specs) and written_by and written_by != triton.__version__:
+            print(f"  {args.reuse} was written with triton {written_by}, this is triton {triton.__version__}: "
+                  f"equal compiler inputs need the same compiler", file=sys.stderr, flush=True)
     if args.no_compile:
         built = binaries.uncompiled(specs)
         if args.json:
