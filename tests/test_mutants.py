@@ -39,3 +39,14 @@ def test_mutant_is_not_left_behind(device):
     with mutants.applied(mutants.by_name("capped-partitions")):
         assert api._plan is not before
     assert api._plan is before
+
+
+def test_a_mutant_whose_snippet_moved_is_refused_not_counted_killed(monkeypatch):
+    """Planted in a worker, a snippet that no longer occurs fails the case for that alone, which would
+    read as killed: the matrix refuses such a mutant before any worker starts."""
+    real = mutants.by_name("kda-beta-sigmoid-overflow")
+    stale = mutants.Mutant("stale-snippet", real.module, real.holder, real.attr, "no such code", "x")
+    monkeypatch.setattr(mutants, "MUTANTS", (*mutants.MUTANTS, stale))
+    monkeypatch.setattr(mutants, "regression_of", lambda m: mutants.regressions.by_name(real.name))
+    with pytest.raises(RuntimeError, match="mutant stale-snippet: expected the snippet exactly once"):
+        mutants.kill_matrix("cpu", names=["stale-snippet"])

@@ -171,14 +171,20 @@ def by_name(name: str) -> Mutant:
     raise ValueError(f"mutant: expected one of {[m.name for m in MUTANTS]}, got {name!r}")
 
 
-def _mutated_module(mutant: Mutant, folder: Path):
+def mutated_source(mutant: Mutant) -> str:
+    """The source of the mutant's module with its snippet replaced; an error when the snippet does not
+    occur exactly once (the code it takes back has moved: the mutant must follow it)."""
     original = importlib.import_module(mutant.module)
     source = Path(original.__file__).read_text()
     count = source.count(mutant.old)
     if count != 1:
         raise RuntimeError(f"mutant {mutant.name}: expected the snippet exactly once in {mutant.module}, "
                            f"found it {count} times: {mutant.old!r}")
-    mutated = source.replace(mutant.old, mutant.new)
+    return source.replace(mutant.old, mutant.new)
+
+
+def _mutated_module(mutant: Mutant, folder: Path):
+    mutated = mutated_source(mutant)
     path = folder / f"{mutant.module.rsplit('.', 1)[-1]}_{mutant.name.replace('-', '_')}.py"
     path.write_text(mutated)
     name = f"_quantfloor_mutant_{mutant.name.replace('-', '_')}"
@@ -226,11 +232,15 @@ def kill_matrix(tier: str, *, names=None, workers: int = 1, timeout_base: float 
                 stream=None) -> list[KillRow]:
     """Every mutant of the tier (GPU-only regressions need the gpu tier) against its case: judged with
     the real code and with the mutant, each in an isolated worker (verify.parallel), so a mutant that
-    crashes its process or never returns fails its case with that reason and the matrix goes on."""
+    crashes its process or never returns fails its case with that reason and the matrix goes on.
+    A mutant whose snippet is not found once is refused before any worker starts: planted in a
+    worker, it would fail its case for that alone and read as killed."""
     from verify import parallel
 
     chosen = [(m, regression_of(m)) for m in MUTANTS if not names or m.name in names]
     chosen = [(m, reg) for m, reg in chosen if not (reg.gpu and tier == "cpu")]
+    for m, _ in chosen:
+        mutated_source(m)
     tasks = [parallel.Task(reg.id) for _, reg in chosen] + [parallel.Task(reg.id, m.name) for m, reg in chosen]
     verdicts = parallel.judge(tasks, workers, stream=stream or sys.stderr, timeout_base=timeout_base)
     n = len(chosen)
