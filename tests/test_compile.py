@@ -240,6 +240,20 @@ def test_amd_decode_tables_keep_two_waves_without_spills(tmp_path, target, fp8_m
     assert part["occupancy"] >= 2 and part["spills"] == 0 and part["scratch"] == 0 and part["registers"] <= 256
 
 
+@pytest.mark.parametrize("target, case", [
+    ("gfx942", "decode-bf16-token-b32-hq32-hkv2-d256-w0-L65_22-q1-shuffled-saturate-cu256-onepass"),
+    ("gfx950", "decode-e4m3fn-token-b16-hq8-hkv2-d192-w0-L70_20-q2-plain-d192pad-onepass"),
+    ("gfx1250", "decode-e4m3fn-token-b128-hq32-hkv2-d256-w4096-L128_43-q8-shuffled-flat-cu1-onepass"),
+])
+def test_amd_decode_tables_keep_two_waves_at_d256(tmp_path, target, case):
+    """The CPU tier's D 256 decodes that took one wave per SIMD with the earlier rows: 32-key steps
+    on gfx942 (257 VGPRs), four warps on gfx950 (266) and gfx1250 (632, of 512 for two waves)."""
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", case, "--target", target], tmp_path)
+    assert rc == 0, out
+    part = next(r for r in data["binaries"] if r["kernel"] == "decode_partition_kernel")
+    assert part["constexprs"]["D"] == 256 and part["occupancy"] >= 2 and part["spills"] == 0, part
+
+
 def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
     """--reuse: a specialization whose compiler inputs equal a binary's in the earlier report takes
     that binary's facts (a marked register count comes back) and is not compiled; one whose inputs

@@ -28,16 +28,21 @@ compiles to warpgroup MMAs, which triton 3.6 got wrong on this kernel
 (illegal addresses on the H200): no sm90 row asks for that.
 
 The AMD rows come from `quantfloor compile` (no AMD GPU is lent here, so
-nothing was timed): the largest steps with which every specialization of the gpu tier compiles
-without a VGPR spill or scratch and keeps at least 2 waves per SIMD (at most
-256 VGPRs on gfx942 and gfx950, 512 on gfx1250; verify/targets.py). A step
-of 64 keys holds [64, D] K and V tiles in fp32 and their dot operands, which
-passes 256 VGPRs from D 128 on (259 to 267 for a bf16 cache with per-token
-scales on gfx942), and with 32 rows from D 64 on; the fp8 bit
-decoding (the format a target does not convert: e4m3fn on gfx942, e4m3fnuz
-elsewhere) and gfx1250's wave32 (twice the registers a lane for a tile) need
-smaller steps still. waves_per_eu=2 is not set: it made the compiler spill
-specializations that fit 256 VGPRs without it.
+nothing was timed): the largest steps with which every specialization of the
+CPU tier up to D 256 compiles without a VGPR spill or scratch and keeps at
+least 2 waves per SIMD (at most 256 VGPRs on gfx942 and gfx950, 512 on
+gfx1250; verify/targets.py). A step of 64 keys holds [64, D] K and V tiles in
+fp32 and their dot operands, which passes 256 VGPRs from D 128 on (259 to 267
+for a bf16 cache with per-token scales on gfx942), and with 32 rows from D 64
+on; the fp8 bit decoding (the format a target does not convert: e4m3fn on
+gfx942, e4m3fnuz elsewhere) and gfx1250's wave32 (twice the registers a lane
+for a tile) need smaller steps still. At D 256 (and D 192, padded to it) a
+32-key step took 257 to 279 VGPRs on gfx942 (bf16 caches, per-token fp8, up
+to 16 rows): 16 keys there take 132 to 238. Four warps took 266 to 290 VGPRs
+on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to 632 on gfx1250
+(64 rows): eight warps take 188 to 216 and 440 to 442. waves_per_eu=2 is not
+set: it made the compiler spill specializations that fit 256 VGPRs without
+it.
 """
 
 from dataclasses import dataclass
@@ -147,16 +152,17 @@ TABLES = {
                                           programs_per_cu=4, spills=_SM90_KEYS_M),
                              LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
-    "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(256, 32, 4, 2, max_rows=16),
+    "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(128, 32, 4, 2, max_rows=16),
+                               LaunchConfig(256, 16, 4, 2, max_rows=16),
                                LaunchConfig(128, 32, 4, 2, max_rows=32), LaunchConfig(256, 16, 4, 2, max_rows=32),
                                LaunchConfig(128, 32, 8, 2), LaunchConfig(256, 16, 8, 2),
                                LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                          split=False, programs_per_cu=2),
-    "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                               LaunchConfig(256, 16, 4, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
+    "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 8, 2),
+                               LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                          split=True, programs_per_cu=2),
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                                LaunchConfig(256, 16, 4, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
+                                LaunchConfig(256, 16, 8, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
                           split=False, programs_per_cu=2),
     # the interpreter pays per program: the reduce takes whole heads there (the split suite of the CPU tier
     # took 370 s with 32-dim programs, 171 s with whole heads before)
