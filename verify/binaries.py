@@ -427,11 +427,6 @@ def read_report(path) -> tuple[dict, list[Binary]]:
     return data.get("meta", {}), [from_json(row) for row in data["binaries"]]
 
 
-def read_json(path) -> list[Binary]:
-    """The binaries of a `quantfloor compile --json` report."""
-    return read_report(path)[1]
-
-
 def _short(value) -> str:
     if isinstance(value, bool):
         return str(int(value))

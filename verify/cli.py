@@ -368,7 +368,7 @@ def cmd_compile(argv: list, args) -> int:
 
 
 def cmd_bindiff(args) -> int:
-    before, after = (binaries.read_json(path) for path in (args.before, args.after))
+    before, after = (binaries.read_report(path)[1] for path in (args.before, args.after))
     print(binaries.diff(before, after))
     return 0
 
