@@ -319,7 +319,7 @@ def flash_kda_fwd(
             v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
             beta.stride(0), beta.stride(1), beta.stride(2),
             chunk_meta, sc, akk, tiles, u, aqk, decay, heads, float(scale), lower),
-            dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, GATE=GATES[gate], BETA_SIGMOID=beta_sigmoid,
+            dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v), GATE=GATES[gate], BETA_SIGMOID=beta_sigmoid,
                  L2NORM=qk_l2norm, DOT=dot_tl),
             **configs.prepare.options)
 

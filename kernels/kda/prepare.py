@@ -16,11 +16,12 @@ units (gc = log2(e) * cumsum(g), so exp(x) = 2^(log2(e) x)):
 so that, with S the [K, V] state entering the chunk, the chunk walk does
 U = u - w S, o = qg S + Aqk U, S <- decay * S + kg^T U.
 
-Every exponent is <= 0 where it is evaluated: off-diagonal [BC, BC] sub-blocks
-(rows I after columns J) factor 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j) with
-r = gc at the last row of block J, which lies between j and t (a tl.dot in
-the DOT dtype); diagonal sub-blocks take the exact differences in fp32. Strong decay therefore
-underflows to 0 and never meets an inf.
+Every exponent is <= 0 where it is evaluated: the rows t of block I (BC rows from
+i0 = I*BC) meet all earlier rows j < i0 in one product, 2^(gc_t - gc_j) = 2^(gc_t - r)
+2^(r - gc_j) with r = gc of row i0 - 1, which lies between j and t (a tl.dot in the DOT
+dtype); diagonal sub-blocks take the exact differences in fp32. Strong decay therefore
+underflows to 0 and never meets an inf. Phases 1 and 3 and the products run over column
+blocks of BK columns, so no [C, K] fp32 tile is held whole.
 
 Precision: inputs are upcast to fp32 on load; the gate, cumsum, L2 norm, the
 diagonal blocks and the substitution are fp32; the T products take fp32 operands
@@ -72,7 +73,7 @@ def kda_prepare_kernel(
     sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h, sg_b, sg_t, sg_h, sb_b, sb_t, sb_h,
     meta_ptr, scratch_ptr, akk_ptr, tiles_ptr, u_ptr, aqk_ptr, decay_ptr,
     H, scale, lower_bound,
-    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr, DOT: tl.constexpr,
 ):
     cid = tl.program_id(0).to(tl.int64)
@@ -82,80 +83,106 @@ def kda_prepare_kernel(
     length = tl.load(meta_ptr + cid * 4 + 3)
 
     rows = tl.arange(0, C)
-    ck = tl.arange(0, K)
-    cv = tl.arange(0, V)
+    cb = tl.arange(0, BK)
     valid = rows < length
     tok = t0 + rows
+    q_rows = q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h
+    k_rows = k_ptr + bidx * sk_b + tok[:, None] * sk_t + h * sk_h
+    g_rows = g_ptr + bidx * sg_b + tok[:, None] * sg_t + h * sg_h
+    v_rows = v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h
+    base = cid * H + h
+    sq_base = scratch_ptr + base * (3 * C * K)
+    stage = sq_base + rows[:, None] * K + cb[None, :]
+    tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + cb[None, :]
 
-    # Phase 1: gate, its cumsum (log2 units), L2 norm, beta; stage q, k, gc (phases 2
-    # and 3 read them back rather than hold [C, K] tiles in registers throughout).
-    q = tl.load(q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h + ck[None, :],
-                mask=valid[:, None], other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + bidx * sk_b + tok[:, None] * sk_t + h * sk_h + ck[None, :],
-                mask=valid[:, None], other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + bidx * sg_b + tok[:, None] * sg_t + h * sg_h + ck[None, :],
-                mask=valid[:, None], other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + bidx * sb_b + tok * sb_t + h * sb_h, mask=valid, other=0.0).to(tl.float32)
     if BETA_SIGMOID:
         beta = 1.0 / (1.0 + tl.exp(-beta))
     beta = tl.where(valid, beta, 0.0)
-    if L2NORM:
-        q = q / tl.sqrt(tl.sum(q * q, 1) + 1e-6)[:, None]
-        k = k / tl.sqrt(tl.sum(k * k, 1) + 1e-6)[:, None]
-    gate = tl.where(valid[:, None], _gate(g, alog_ptr, dtb_ptr, h, ck, lower_bound, K, GATE), 0.0)
-    gc = tl.cumsum(gate * 1.4426950408889634, axis=0)
 
-    base = cid * H + h
-    stage = scratch_ptr + base * (3 * C * K) + rows[:, None] * K + ck[None, :]
-    tl.store(stage, q)
-    tl.store(stage + C * K, k)
-    tl.store(stage + 2 * C * K, gc)
+    # Phase 1, by [C, BK] column blocks: the gate, its cumsum along the rows (log2
+    # units; each column is independent), the L2 norm (its row sums first, over all
+    # columns); stage q, k and gc for phases 2 and 3.
+    q_scale = tl.full([C], 1.0, dtype=tl.float32)
+    k_scale = tl.full([C], 1.0, dtype=tl.float32)
+    if L2NORM:
+        q_ss = tl.zeros([C], dtype=tl.float32)
+        k_ss = tl.zeros([C], dtype=tl.float32)
+        for kb in tl.static_range(K // BK):
+            q = tl.load(q_rows + kb * BK + cb[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+            k = tl.load(k_rows + kb * BK + cb[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+            q_ss += tl.sum(q * q, 1)
+            k_ss += tl.sum(k * k, 1)
+        q_norm = tl.sqrt(q_ss + 1e-6)
+        k_norm = tl.sqrt(k_ss + 1e-6)
+        q_scale = 1.0 / q_norm
+        k_scale = 1.0 / k_norm
+    for kb in tl.static_range(K // BK):
+        cols = kb * BK + cb
+        q = tl.load(q_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        k = tl.load(k_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        g = tl.load(g_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        gate = tl.where(valid[:, None], _gate(g, alog_ptr, dtb_ptr, h, cols, lower_bound, K, GATE), 0.0)
+        gc = tl.cumsum(gate * 1.4426950408889634, axis=0)
+        tl.store(stage + kb * BK, q * q_scale[:, None])
+        tl.store(stage + kb * BK + C * K, k * k_scale[:, None])
+        tl.store(stage + kb * BK + 2 * C * K, gc)
     tl.debug_barrier()
 
-    # Phase 2: Akk (unscaled by beta) and Aqk by [BC, BC] sub-blocks.
+    # Phase 2: Akk (unscaled by beta) and Aqk, one block of BC rows I at a time.
+    # Below the diagonal block, one [BC, C] product over all earlier rows j, with
+    # r = gc of row I*BC - 1 (j <= I*BC - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j);
+    # columns j at or past the block are masked to 2^-inf = 0.
     rb = tl.arange(0, BC)
+    ck = tl.arange(0, K)
     akk_base = akk_ptr + base * (C * C)
     aqk_base = aqk_ptr + base * (C * C)
-    sq_base = scratch_ptr + base * (3 * C * K)
-    for I in tl.static_range(C // BC):
-        blk = sq_base + (I * BC + rb)[:, None] * K + ck[None, :]
+    for I in range(C // BC):
+        i0 = I * BC
+        ri = i0 + rb
+        lower_kk = tl.zeros([BC, C], dtype=tl.float32)
+        lower_qk = tl.zeros([BC, C], dtype=tl.float32)
+        if I > 0:
+            for kb in tl.static_range(K // BK):
+                blk = sq_base + ri[:, None] * K + kb * BK + cb[None, :]
+                ref = tl.load(sq_base + 2 * C * K + (i0 - 1) * K + kb * BK + cb)
+                earlier = stage + kb * BK
+                kj = tl.load(earlier + C * K) * tl.exp2(tl.where((rows < i0)[:, None],
+                                                                  ref[None, :] - tl.load(earlier + 2 * C * K),
+                                                                  float("-inf")))
+                ai = tl.exp2(tl.load(blk + 2 * C * K) - ref[None, :])
+                kj = tl.trans(kj.to(DOT))
+                lower_kk += tl.dot((tl.load(blk + C * K) * ai).to(DOT), kj)
+                lower_qk += tl.dot((tl.load(blk) * ai).to(DOT), kj)
+        off = ri[:, None] * C + rows[None, :]
+        below = (rows < i0)[None, :]
+        tl.store(akk_base + off, lower_kk, mask=below)
+        tl.store(aqk_base + off, (lower_qk * scale).to(aqk_ptr.dtype.element_ty), mask=below)
+        tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
+        # Diagonal block: exact exponents gc_t - gc_j (j <= t), one column j at a time.
+        blk = sq_base + ri[:, None] * K + ck[None, :]
         qI = tl.load(blk)
         kI = tl.load(blk + C * K)
         gI = tl.load(blk + 2 * C * K)
-        for J in tl.static_range(I):
-            ref = tl.load(sq_base + 2 * C * K + (J * BC + BC - 1) * K + ck)
-            blkj = sq_base + (J * BC + rb)[:, None] * K + ck[None, :]
-            kJ = tl.load(blkj + C * K) * tl.exp2(ref[None, :] - tl.load(blkj + 2 * C * K))
-            kJ = kJ.to(DOT)
-            aI = tl.exp2(gI - ref[None, :])
-            tkk = tl.dot((kI * aI).to(DOT), tl.trans(kJ))
-            tqk = tl.dot((qI * aI).to(DOT), tl.trans(kJ))
-            off = (I * BC + rb)[:, None] * C + J * BC + rb[None, :]
-            tl.store(akk_base + off, tkk)
-            tl.store(aqk_base + off, (tqk * scale).to(aqk_ptr.dtype.element_ty))
-        # Diagonal block: exact exponents gc_t - gc_j (j <= t), one column j at a time.
         dkk = tl.zeros([BC, BC], dtype=tl.float32)
         dqk = tl.zeros([BC, BC], dtype=tl.float32)
         for jj in range(BC):
-            kj = tl.load(sq_base + C * K + (I * BC + jj) * K + ck)
-            gj = tl.load(sq_base + 2 * C * K + (I * BC + jj) * K + ck)
+            kj = tl.load(sq_base + C * K + (i0 + jj) * K + ck)
+            gj = tl.load(sq_base + 2 * C * K + (i0 + jj) * K + ck)
             e = kj[None, :] * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj[None, :], float("-inf")))
             col_kk = tl.where(rb > jj, tl.sum(kI * e, 1), 0.0)
             col_qk = tl.sum(qI * e, 1)
             dkk = tl.where(rb[None, :] == jj, col_kk[:, None], dkk)
             dqk = tl.where(rb[None, :] == jj, col_qk[:, None], dqk)
-        off = (I * BC + rb)[:, None] * C + I * BC + rb[None, :]
+        off = ri[:, None] * C + i0 + rb[None, :]
         tl.store(akk_base + off, dkk)
         tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
-        for J in tl.static_range(I + 1, C // BC):
-            off = (I * BC + rb)[:, None] * C + J * BC + rb[None, :]
-            tl.store(aqk_base + off, tl.zeros([BC, BC], dtype=aqk_ptr.dtype.element_ty))
     tl.debug_barrier()
 
     # Phase 3: T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC]
     # blocks, Lo below them): Dinv = (I + Ld)^-1 by forward substitution on all
     # diagonal blocks at once, N = Dinv Lo (N^4 = 0 for C = 4 BC),
-    # T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv.
+    # T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv. Then w, u, qg, kg by column blocks.
     cc = tl.arange(0, C)
     same = (rows[:, None] // BC) == (cc[None, :] // BC)
     akk = tl.load(akk_base + rows[:, None] * C + cc[None, :], mask=rows[:, None] > cc[None, :], other=0.0)
@@ -170,20 +197,16 @@ def kda_prepare_kernel(
     dinv = a + eye
     nn = tl.dot(dinv, tl.where(same, 0.0, akk))
     tinv = tl.dot(tl.dot(eye - nn, eye + tl.dot(nn, nn)), dinv).to(DOT)
-    q = tl.load(stage)
-    k = tl.load(stage + C * K)
-    gc = tl.load(stage + 2 * C * K)
-    v = tl.load(v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h + cv[None, :],
-                mask=valid[:, None], other=0.0).to(tl.float32)
-    w = tl.dot(tinv, (k * beta[:, None] * tl.exp2(gc)).to(DOT))
-    u = tl.dot(tinv, (v * beta[:, None]).to(DOT))
-
-    g_last = tl.load(sq_base + 2 * C * K + (C - 1) * K + ck)
-    qg = q * tl.exp2(gc) * scale
-    kg = k * tl.exp2(g_last[None, :] - gc)
-    tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + ck[None, :]
-    tl.store(tile, qg.to(tiles_ptr.dtype.element_ty))
-    tl.store(tile + C * K, kg.to(tiles_ptr.dtype.element_ty))
-    tl.store(tile + 2 * C * K, w.to(tiles_ptr.dtype.element_ty))
-    tl.store(u_ptr + base * (C * V) + rows[:, None] * V + cv[None, :], u)
-    tl.store(decay_ptr + base * K + ck, tl.exp2(g_last))
+    for vb in tl.static_range(V // BK):
+        v = tl.load(v_rows + vb * BK + cb[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        u = tl.dot(tinv, (v * beta[:, None]).to(DOT))
+        tl.store(u_ptr + base * (C * V) + rows[:, None] * V + vb * BK + cb[None, :], u)
+    for kb in tl.static_range(K // BK):
+        gc = tl.load(stage + kb * BK + 2 * C * K)
+        k = tl.load(stage + kb * BK + C * K)
+        g_last = tl.load(sq_base + 2 * C * K + (C - 1) * K + kb * BK + cb)
+        w = tl.dot(tinv, (k * beta[:, None] * tl.exp2(gc)).to(DOT))
+        tl.store(tile + kb * BK, (tl.load(stage + kb * BK) * tl.exp2(gc) * scale).to(tiles_ptr.dtype.element_ty))
+        tl.store(tile + kb * BK + C * K, (k * tl.exp2(g_last[None, :] - gc)).to(tiles_ptr.dtype.element_ty))
+        tl.store(tile + kb * BK + 2 * C * K, w.to(tiles_ptr.dtype.element_ty))
+        tl.store(decay_ptr + base * K + kb * BK + cb, tl.exp2(g_last))

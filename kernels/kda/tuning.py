@@ -30,11 +30,13 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class KdaConfig:
-    """prepare: K1; walk: the chunk walk and pass A; scan: pass B (it holds M [K, K])."""
+    """prepare: K1; walk: the chunk walk and pass A; scan: pass B (it holds M [K, K]);
+    columns: the width of K1's column blocks (capped at K and V)."""
 
     prepare: KernelConfig
     walk: KernelConfig
     scan: KernelConfig
+    columns: int = 64
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,9 @@ TABLES = {
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee"),
     "sm90": ArchTuning(rows=_NVIDIA, spills={
-        "kda_prepare_kernel": "K1 holds [64, K] fp32 tiles of q, k and the gate and [64, 64] products at once: "
-                              "255 registers a thread and 8 to 1312 bytes of stack with 4 warps; the sm90 rows "
-                              "are the ones judged on the H200 and stay as they are until timed there"}),
+        "kda_prepare_kernel": "K1 holds the diagonal blocks' [16, K] fp32 tiles and T's [64, 64] products: "
+                              "255 registers a thread with 4 warps and, on some specializations, 8 to 48 bytes "
+                              "of stack (was 1312 before the column blocks)"}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
