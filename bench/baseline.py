@@ -5,7 +5,8 @@
 modules are set aside in sys.modules, the directory goes first on sys.path, `kernels`
 is imported afresh (each of its modules binds its imports when imported, so the copy
 keeps calling its own submodules), and the current modules are put back. The
-returned module is the copy's `kernels.paged_decode`.
+returned module is the copy's `name`: `kernels.paged_decode` (bench.decode) or
+`kernels.kda` (bench.kda).
 """
 
 import importlib

@@ -1,6 +1,6 @@
 """The KDA forward on a GPU against fla-core's chunk_kda, on identical inputs.
 
-    python -m bench.kda [--json PATH] [--rounds N] [-k WORDS]
+    python -m bench.kda [--json PATH] [--rounds N] [-k WORDS] [--baseline DIR] [--kernels]
 
 One process measures the device-to-device copy bandwidth first, then for each
 shape of SHAPES (bf16, K = V = 128, gate `lower_bound` -5 with A_log and
@@ -21,6 +21,12 @@ Our varlen calls pass `cu_seqlens_cpu`, so they copy nothing from the host and
 are captured like the others. A forward that cannot be captured is timed by
 plain calls instead, and the row says so. fla-core is the optional `fla`
 extra (`pip install -e .[fla]`); without it the bench stops and says so.
+
+--baseline DIR times our forward against another checkout's (bench.baseline; e.g.
+`git worktree add /tmp/base main`) instead of against FLA, so fla-core is not
+needed: the same graph-replayed ABBA rounds, ours / base, the base's host time and
+the RMS difference between the two. --kernels adds where our forward's device
+time goes: each kernel's time per call (torch.profiler over KERNEL_CALLS calls).
 """
 
 import argparse
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from bench import baseline
 from bench.results import write_json
 from bench.timing import copy_tbps, host_us, paired
 from kernels import arch
@@ -38,6 +45,7 @@ from kernels.kda import flash_kda_fwd
 
 HOST_CALLS = 50
 PLAIN_CALLS = 20
+KERNEL_CALLS = 10
 LOWER_BOUND = -5.0
 DIM = 128
 
@@ -99,11 +107,11 @@ def inputs(shape: Shape, device) -> dict:
     return x
 
 
-def ours(x: dict):
+def ours(x: dict, forward=flash_kda_fwd):
     workspace = {}
 
     def run():
-        return flash_kda_fwd(
+        return forward(
             x["q"], x["k"], x["v"], x["g"], x["beta"], output_final_state=True, gate="lower_bound",
             A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=LOWER_BOUND, beta_sigmoid=True, qk_l2norm=True,
             cu_seqlens=x["cu_t"], cu_seqlens_cpu=x["cu"], workspace=workspace)
@@ -147,6 +155,39 @@ def _timed(fn_a, fn_b, rounds: int) -> dict:
                     how=f"plain calls (capture failed: {str(exc).splitlines()[0][:120]})")
 
 
+def kernel_us(fn, calls: int = KERNEL_CALLS) -> dict:
+    """{kernel name: device us per call} of `calls` calls of fn, largest first (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name] = times.get(e.name, 0.0) + e.device_time_total / calls
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def measure_base(shape: Shape, device, copy: float, rounds: int, base_fwd) -> dict:
+    """Ours against another checkout's forward (--baseline), on the same inputs."""
+    x = inputs(shape, device)
+    mine, base = ours(x), ours(x, base_fwd)
+    o_a, s_a = mine()
+    o_b, s_b = base()
+    vs = _timed(base, mine, rounds)
+    noise = _timed(mine, ours(x), rounds)
+    return dict(shape=shape.name, batch=shape.batch, tokens=shape.tokens, heads=shape.heads, seqs=shape.seqs,
+                bytes=shape.bytes, rms_o=_rms_ratio(o_a, o_b), rms_state=_rms_ratio(s_a, s_b),
+                base_us=vs["a_us"], ours_us=vs["b_us"], ours_over_base=vs["ratio"], spread=vs["spread"],
+                timing=vs["how"], noise=noise["ratio"], noise_spread=noise["spread"],
+                ours_pct_copy=100 * shape.bytes / (vs["b_us"] * 1e-6) / 1e12 / copy,
+                ours_host_us=host_us(mine, HOST_CALLS), base_host_us=host_us(base, HOST_CALLS))
+
+
 def measure(shape: Shape, device, copy: float, rounds: int, chunk_kda) -> dict:
     x = inputs(shape, device)
     mine, theirs = ours(x), fla(x, chunk_kda)
@@ -166,6 +207,20 @@ def measure(shape: Shape, device, copy: float, rounds: int, chunk_kda) -> dict:
     return row
 
 
+def _print_base_row(row: dict) -> None:
+    print(f"{row['shape']:<22} {row['ours_us']:>9.1f} {row['base_us']:>9.1f} {row['ours_over_base']:>6.3f} "
+          f"({row['spread'][0]:.3f}-{row['spread'][1]:.3f}) {row['ours_pct_copy']:>5.1f}% "
+          f"{row['ours_host_us']:>7.1f} {row['base_host_us']:>7.1f} {row['rms_o']:>8.1e} {row['rms_state']:>8.1e} "
+          f"{row['noise']:.3f} ({row['noise_spread'][0]:.3f}-{row['noise_spread'][1]:.3f})"
+          + ("" if row["timing"] == "graph" else f"  [{row['timing']}]"), flush=True)
+
+
+def _print_kernels(times: dict) -> None:
+    total = sum(times.values())
+    print("    " + "; ".join(f"{name.split('(')[0]} {us:.1f} us ({100 * us / total:.0f}%)" for name, us in times.items()),
+          flush=True)
+
+
 def _print_row(row: dict) -> None:
     print(f"{row['shape']:<22} {row['ours_us']:>9.1f} {row['fla_us']:>9.1f} {row['ours_over_fla']:>6.2f} "
           f"({row['spread'][0]:.2f}-{row['spread'][1]:.2f}) {row['ours_pct_copy']:>5.1f}% {row['fla_pct_copy']:>5.1f}% "
@@ -180,27 +235,46 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="time ours against the kernels of the checkout at DIR instead of against FLA")
+    p.add_argument("--kernels", action="store_true", help="also print each of our kernels' device time per call")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.kda: needs a GPU", file=sys.stderr)
         return 2
-    chunk_kda = _fla_chunk_kda()
-    import fla
+    if args.baseline:
+        base_fwd = baseline.load(args.baseline, "kernels.kda").flash_kda_fwd
+        peer = f"base {args.baseline}"
+    else:
+        chunk_kda = _fla_chunk_kda()
+        import fla
+        peer = f"fla-core {getattr(fla, '__version__', '?')}"
     device = torch.device("cuda")
     copy = copy_tbps()
     head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
-            f"triton {triton.__version__}, fla-core {getattr(fla, '__version__', '?')}\n"
+            f"triton {triton.__version__}, {peer}\n"
             f"command: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; bf16, K = V = {DIM}, gate lower_bound "
             f"{LOWER_BOUND}, beta sigmoid, q/k L2 norm in kernel, final state out")
     print(head)
     words = (args.k or "").split()
-    print(f"{'B x T x H':<22} {'ours us':>9} {'fla us':>9} {'o/fla':>6} {'(spread)':>11} {'%copy':>6} {'fla %':>6} "
-          f"{'plain us':>9} {'fla plain':>9} {'host us':>7} {'fla host':>7} {'rms o':>8} {'rms S':>8} noise")
+    if args.baseline:
+        print(f"{'B x T x H':<22} {'ours us':>9} {'base us':>9} {'o/base':>6} {'(spread)':>13} {'%copy':>6} "
+              f"{'host us':>7} {'base host':>7} {'rms o':>8} {'rms S':>8} noise")
+    else:
+        print(f"{'B x T x H':<22} {'ours us':>9} {'fla us':>9} {'o/fla':>6} {'(spread)':>11} {'%copy':>6} {'fla %':>6} "
+              f"{'plain us':>9} {'fla plain':>9} {'host us':>7} {'fla host':>7} {'rms o':>8} {'rms S':>8} noise")
     rows = []
     for shape in SHAPES:
         if all(w in shape.name for w in words):
-            rows.append(measure(shape, device, copy, args.rounds, chunk_kda))
-            _print_row(rows[-1])
+            if args.baseline:
+                rows.append(measure_base(shape, device, copy, args.rounds, base_fwd))
+                _print_base_row(rows[-1])
+            else:
+                rows.append(measure(shape, device, copy, args.rounds, chunk_kda))
+                _print_row(rows[-1])
+            if args.kernels:
+                rows[-1]["kernel_us"] = kernel_us(ours(inputs(shape, device)))
+                _print_kernels(rows[-1]["kernel_us"])
             torch.cuda.empty_cache()
             write_json(args.json, head, copy, rows)
     return 0
