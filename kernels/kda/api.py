@@ -5,7 +5,7 @@ Kimi Delta Attention, time-first: q, k, g [B, T, H, K], v [B, T, H, V], beta
 
     S <- diag(exp(g_t)) S;  S <- S + beta_t k_t (v_t - S^T k_t)^T;  o_t = scale S^T q_t.
 
-K1 (kernels.kda.prepare) prepares each chunk of CHUNK tokens; K2
+K1 (kernels.kda.prepare: stage, intra, solve) prepares each chunk of CHUNK tokens; K2
 (kernels.kda.chunk) walks the chunks, either one program per (sequence, head,
 V block) or, for long sequences with few heads, in segments (pass A: each
 segment's affine map, pass B: the scan over segments, pass C: the outputs).
@@ -313,15 +313,22 @@ def flash_kda_fwd(
     if nc:
         sc = _buffer(workspace, "scratch", (nc, heads, 3, CHUNK, dim_k), torch.float32, device)
         akk = _buffer(workspace, "akk", (nc, heads, CHUNK, CHUNK), torch.float32, device)
-        _launch.launch(_prepare.kda_prepare_kernel, (nc, heads), (
-            q, k, v, g, beta, A_log if A_log is not None else beta, dt_bias if dt_bias is not None else beta,
+        _launch.launch(_prepare.kda_stage_kernel, (nc, heads), (
+            q, k, g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), g.stride(0), g.stride(1), g.stride(2),
-            beta.stride(0), beta.stride(1), beta.stride(2),
-            chunk_meta, sc, akk, tiles, u, aqk, decay, heads, float(scale), lower),
-            dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v), GATE=GATES[gate], BETA_SIGMOID=beta_sigmoid,
-                 L2NORM=qk_l2norm, DOT=dot_tl),
-            **configs.prepare.options)
+            g.stride(0), g.stride(1), g.stride(2), chunk_meta, sc, heads, lower),
+            dict(K=dim_k, C=CHUNK, BK=min(configs.columns, dim_k), GATE=GATES[gate], L2NORM=qk_l2norm),
+            **configs.stage.options)
+        _launch.launch(_prepare.kda_intra_kernel, (nc * (CHUNK // SUB_BLOCK), heads), (
+            sc, akk, aqk, heads, float(scale)),
+            dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), DOT=dot_tl),
+            **configs.intra.options)
+        _launch.launch(_prepare.kda_solve_kernel, (nc, heads), (
+            v, beta, v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
+            chunk_meta, sc, akk, tiles, u, decay, heads, float(scale)),
+            dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v),
+                 BETA_SIGMOID=beta_sigmoid, DOT=dot_tl),
+            **configs.solve.options)
 
     out_args = (out, out.stride(0), out.stride(1), out.stride(2), chunk_meta, unit_meta, tiles, u, aqk, decay)
     common = dict(K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V)

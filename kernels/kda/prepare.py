@@ -1,4 +1,4 @@
-"""K1 of the KDA forward ("prepare"): one program per (chunk, head).
+"""K1 of the KDA forward ("prepare"), three launches over the chunks of every head.
 
 For chunk c (L <= C valid rows; rows past L are padding with zero q, k, v, beta
 and zero gate) and gc the inclusive cumsum of the gate inside the chunk in log2
@@ -6,7 +6,7 @@ units (gc = log2(e) * cumsum(g), so exp(x) = 2^(log2(e) x)):
 
     Akk[t, j] = beta_t * sum_c k_t[c] k_j[c] 2^(gc_t[c] - gc_j[c])    j <  t
     Aqk[t, j] = scale  * sum_c q_t[c] k_j[c] 2^(gc_t[c] - gc_j[c])    j <= t
-    T         = (I + Akk)^-1                 (fp32; see phase 3)
+    T         = (I + Akk)^-1                 (fp32; see kda_solve_kernel)
     w         = T (beta * k * 2^gc)          [C, K]
     u         = T (beta * v)                 [C, V]
     qg        = scale * q * 2^gc             [C, K]
@@ -16,12 +16,19 @@ units (gc = log2(e) * cumsum(g), so exp(x) = 2^(log2(e) x)):
 so that, with S the [K, V] state entering the chunk, the chunk walk does
 U = u - w S, o = qg S + Aqk U, S <- decay * S + kg^T U.
 
+The three kernels hand over through the workspace, in launch order:
+  kda_stage_kernel  (chunk, head):            the gate, gc, the L2 norm; stages q, k, gc
+  kda_intra_kernel  (chunk x row block, head): Akk and Aqk of BC rows t against every j <= t
+  kda_solve_kernel  (chunk, head):            T, then w, u, qg, kg and decay
+Each holds only its own phase, so it needs fewer registers and less code than one
+kernel doing all three would, and more programs fit on a multiprocessor at once.
+
 Every exponent is <= 0 where it is evaluated: the rows t of block I (BC rows from
 i0 = I*BC) meet all earlier rows j < i0 in one product, 2^(gc_t - gc_j) = 2^(gc_t - r)
 2^(r - gc_j) with r = gc of row i0 - 1, which lies between j and t (a tl.dot in the DOT
 dtype); diagonal sub-blocks take the exact differences in fp32. Strong decay therefore
-underflows to 0 and never meets an inf. Phases 1 and 3 and the products run over column
-blocks of BK columns, so no [C, K] fp32 tile is held whole.
+underflows to 0 and never meets an inf. The stage and solve kernels and the products run
+over column blocks of BK columns, so no [C, K] fp32 tile is held whole.
 
 Precision: inputs are upcast to fp32 on load; the gate, cumsum, L2 norm, the
 diagonal blocks and the substitution are fp32; the T products take fp32 operands
@@ -68,20 +75,24 @@ def _gate(g, alog_ptr, dtb_ptr, h, cols, lower_bound, K: tl.constexpr, GATE: tl.
 
 
 @triton.jit
-def kda_prepare_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, alog_ptr, dtb_ptr,
-    sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h, sg_b, sg_t, sg_h, sb_b, sb_t, sb_h,
-    meta_ptr, scratch_ptr, akk_ptr, tiles_ptr, u_ptr, aqk_ptr, decay_ptr,
-    H, scale, lower_bound,
-    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, BETA_SIGMOID: tl.constexpr, L2NORM: tl.constexpr, DOT: tl.constexpr,
+def _chunk(meta_ptr, cid):
+    """(batch row, first token, valid rows) of chunk cid."""
+    return (tl.load(meta_ptr + cid * 4 + 1).to(tl.int64), tl.load(meta_ptr + cid * 4 + 2).to(tl.int64),
+            tl.load(meta_ptr + cid * 4 + 3))
+
+
+@triton.jit
+def kda_stage_kernel(
+    q_ptr, k_ptr, g_ptr, alog_ptr, dtb_ptr, sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sg_b, sg_t, sg_h,
+    meta_ptr, scratch_ptr, H, lower_bound,
+    K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr, L2NORM: tl.constexpr,
 ):
+    """By [C, BK] column blocks: the gate, its cumsum along the rows (log2 units; each
+    column is independent), the L2 norm (its row sums first, over all columns); stage
+    q, k and gc (zero rows past the chunk's length, whose gc repeats the last row's)."""
     cid = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    bidx = tl.load(meta_ptr + cid * 4 + 1).to(tl.int64)
-    t0 = tl.load(meta_ptr + cid * 4 + 2).to(tl.int64)
-    length = tl.load(meta_ptr + cid * 4 + 3)
-
+    bidx, t0, length = _chunk(meta_ptr, cid)
     rows = tl.arange(0, C)
     cb = tl.arange(0, BK)
     valid = rows < length
@@ -89,20 +100,8 @@ def kda_prepare_kernel(
     q_rows = q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h
     k_rows = k_ptr + bidx * sk_b + tok[:, None] * sk_t + h * sk_h
     g_rows = g_ptr + bidx * sg_b + tok[:, None] * sg_t + h * sg_h
-    v_rows = v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h
-    base = cid * H + h
-    sq_base = scratch_ptr + base * (3 * C * K)
-    stage = sq_base + rows[:, None] * K + cb[None, :]
-    tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + cb[None, :]
+    stage = scratch_ptr + (cid * H + h) * (3 * C * K) + rows[:, None] * K + cb[None, :]
 
-    beta = tl.load(beta_ptr + bidx * sb_b + tok * sb_t + h * sb_h, mask=valid, other=0.0).to(tl.float32)
-    if BETA_SIGMOID:
-        beta = 1.0 / (1.0 + tl.exp(-beta))
-    beta = tl.where(valid, beta, 0.0)
-
-    # Phase 1, by [C, BK] column blocks: the gate, its cumsum along the rows (log2
-    # units; each column is independent), the L2 norm (its row sums first, over all
-    # columns); stage q, k and gc for phases 2 and 3.
     q_scale = tl.full([C], 1.0, dtype=tl.float32)
     k_scale = tl.full([C], 1.0, dtype=tl.float32)
     if L2NORM:
@@ -127,65 +126,105 @@ def kda_prepare_kernel(
         tl.store(stage + kb * BK, q * q_scale[:, None])
         tl.store(stage + kb * BK + C * K, k * k_scale[:, None])
         tl.store(stage + kb * BK + 2 * C * K, gc)
-    tl.debug_barrier()
 
-    # Phase 2: Akk (unscaled by beta) and Aqk, one block of BC rows I at a time.
-    # Below the diagonal block, one [BC, C] product over all earlier rows j, with
-    # r = gc of row I*BC - 1 (j <= I*BC - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j);
-    # columns j at or past the block are masked to 2^-inf = 0.
+
+@triton.jit
+def kda_intra_kernel(
+    scratch_ptr, akk_ptr, aqk_ptr, H, scale,
+    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr,
+):
+    """Rows t of block I (BC rows from i0 = I*BC) of chunk cid, program_id(0) = cid * (C // BC)
+    + I (a chunk's blocks run side by side and share its staged rows in the L2): Akk
+    (unscaled by beta) and Aqk against every j <= t, and zeros of Aqk above the diagonal.
+    Below the diagonal block, one [BC, C] product over all earlier rows j, with r = gc of
+    row i0 - 1 (j <= i0 - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j); columns j at
+    or past the block are masked to 2^-inf = 0. The diagonal block takes the exact exponents."""
+    cid = (tl.program_id(0) // (C // BC)).to(tl.int64)
+    I = tl.program_id(0) % (C // BC)
+    h = tl.program_id(1)
+    base = cid * H + h
+    rows = tl.arange(0, C)
+    cb = tl.arange(0, BK)
     rb = tl.arange(0, BC)
     ck = tl.arange(0, K)
+    sq_base = scratch_ptr + base * (3 * C * K)
+    stage = sq_base + rows[:, None] * K + cb[None, :]
     akk_base = akk_ptr + base * (C * C)
     aqk_base = aqk_ptr + base * (C * C)
-    for I in range(C // BC):
-        i0 = I * BC
-        ri = i0 + rb
-        lower_kk = tl.zeros([BC, C], dtype=tl.float32)
-        lower_qk = tl.zeros([BC, C], dtype=tl.float32)
-        if I > 0:
-            for kb in tl.static_range(K // BK):
-                blk = sq_base + ri[:, None] * K + kb * BK + cb[None, :]
-                ref = tl.load(sq_base + 2 * C * K + (i0 - 1) * K + kb * BK + cb)
-                earlier = stage + kb * BK
-                kj = tl.load(earlier + C * K) * tl.exp2(tl.where((rows < i0)[:, None],
-                                                                  ref[None, :] - tl.load(earlier + 2 * C * K),
-                                                                  float("-inf")))
-                ai = tl.exp2(tl.load(blk + 2 * C * K) - ref[None, :])
-                kj = tl.trans(kj.to(DOT))
-                lower_kk += tl.dot((tl.load(blk + C * K) * ai).to(DOT), kj)
-                lower_qk += tl.dot((tl.load(blk) * ai).to(DOT), kj)
-        off = ri[:, None] * C + rows[None, :]
-        below = (rows < i0)[None, :]
-        tl.store(akk_base + off, lower_kk, mask=below)
-        tl.store(aqk_base + off, (lower_qk * scale).to(aqk_ptr.dtype.element_ty), mask=below)
-        tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
-        # Diagonal block: exact exponents gc_t - gc_j (j <= t), one column j at a time.
-        blk = sq_base + ri[:, None] * K + ck[None, :]
-        qI = tl.load(blk)
-        kI = tl.load(blk + C * K)
-        gI = tl.load(blk + 2 * C * K)
-        dkk = tl.zeros([BC, BC], dtype=tl.float32)
-        dqk = tl.zeros([BC, BC], dtype=tl.float32)
-        for jj in range(BC):
-            kj = tl.load(sq_base + C * K + (i0 + jj) * K + ck)
-            gj = tl.load(sq_base + 2 * C * K + (i0 + jj) * K + ck)
-            e = kj[None, :] * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj[None, :], float("-inf")))
-            col_kk = tl.where(rb > jj, tl.sum(kI * e, 1), 0.0)
-            col_qk = tl.sum(qI * e, 1)
-            dkk = tl.where(rb[None, :] == jj, col_kk[:, None], dkk)
-            dqk = tl.where(rb[None, :] == jj, col_qk[:, None], dqk)
-        off = ri[:, None] * C + i0 + rb[None, :]
-        tl.store(akk_base + off, dkk)
-        tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
-    tl.debug_barrier()
+    i0 = I * BC
+    ri = i0 + rb
+    lower_kk = tl.zeros([BC, C], dtype=tl.float32)
+    lower_qk = tl.zeros([BC, C], dtype=tl.float32)
+    if I > 0:
+        for kb in tl.static_range(K // BK):
+            blk = sq_base + ri[:, None] * K + kb * BK + cb[None, :]
+            ref = tl.load(sq_base + 2 * C * K + (i0 - 1) * K + kb * BK + cb)
+            earlier = stage + kb * BK
+            kj = tl.load(earlier + C * K) * tl.exp2(tl.where((rows < i0)[:, None],
+                                                              ref[None, :] - tl.load(earlier + 2 * C * K),
+                                                              float("-inf")))
+            ai = tl.exp2(tl.load(blk + 2 * C * K) - ref[None, :])
+            kj = tl.trans(kj.to(DOT))
+            lower_kk += tl.dot((tl.load(blk + C * K) * ai).to(DOT), kj)
+            lower_qk += tl.dot((tl.load(blk) * ai).to(DOT), kj)
+    off = ri[:, None] * C + rows[None, :]
+    below = (rows < i0)[None, :]
+    tl.store(akk_base + off, lower_kk, mask=below)
+    tl.store(aqk_base + off, (lower_qk * scale).to(aqk_ptr.dtype.element_ty), mask=below)
+    tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
+    # Diagonal block: exact exponents gc_t - gc_j (j <= t), one column j at a time.
+    blk = sq_base + ri[:, None] * K + ck[None, :]
+    qI = tl.load(blk)
+    kI = tl.load(blk + C * K)
+    gI = tl.load(blk + 2 * C * K)
+    dkk = tl.zeros([BC, BC], dtype=tl.float32)
+    dqk = tl.zeros([BC, BC], dtype=tl.float32)
+    for jj in range(BC):
+        kj = tl.load(sq_base + C * K + (i0 + jj) * K + ck)
+        gj = tl.load(sq_base + 2 * C * K + (i0 + jj) * K + ck)
+        e = kj[None, :] * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj[None, :], float("-inf")))
+        col_kk = tl.where(rb > jj, tl.sum(kI * e, 1), 0.0)
+        col_qk = tl.sum(qI * e, 1)
+        dkk = tl.where(rb[None, :] == jj, col_kk[:, None], dkk)
+        dqk = tl.where(rb[None, :] == jj, col_qk[:, None], dqk)
+    off = ri[:, None] * C + i0 + rb[None, :]
+    tl.store(akk_base + off, dkk)
+    tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
 
-    # Phase 3: T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC]
-    # blocks, Lo below them): Dinv = (I + Ld)^-1 by forward substitution on all
-    # diagonal blocks at once, N = Dinv Lo (N^4 = 0 for C = 4 BC),
-    # T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv. Then w, u, qg, kg by column blocks.
+
+@triton.jit
+def kda_solve_kernel(
+    v_ptr, beta_ptr, sv_b, sv_t, sv_h, sb_b, sb_t, sb_h,
+    meta_ptr, scratch_ptr, akk_ptr, tiles_ptr, u_ptr, decay_ptr, H, scale,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr, DOT: tl.constexpr,
+):
+    """T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC] blocks, Lo
+    below them): Dinv = (I + Ld)^-1 by forward substitution on all diagonal blocks at
+    once, N = Dinv Lo (N^4 = 0 for C = 4 BC), T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv.
+    Then w, u, qg, kg and decay by column blocks."""
+    cid = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    bidx, t0, length = _chunk(meta_ptr, cid)
+    rows = tl.arange(0, C)
+    cb = tl.arange(0, BK)
+    valid = rows < length
+    tok = t0 + rows
+    v_rows = v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h
+    base = cid * H + h
+    sq_base = scratch_ptr + base * (3 * C * K)
+    stage = sq_base + rows[:, None] * K + cb[None, :]
+    tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + cb[None, :]
+
+    beta = tl.load(beta_ptr + bidx * sb_b + tok * sb_t + h * sb_h, mask=valid, other=0.0).to(tl.float32)
+    if BETA_SIGMOID:
+        beta = 1.0 / (1.0 + tl.exp(-beta))
+    beta = tl.where(valid, beta, 0.0)
+
     cc = tl.arange(0, C)
     same = (rows[:, None] // BC) == (cc[None, :] // BC)
-    akk = tl.load(akk_base + rows[:, None] * C + cc[None, :], mask=rows[:, None] > cc[None, :], other=0.0)
+    akk = tl.load(akk_ptr + base * (C * C) + rows[:, None] * C + cc[None, :], mask=rows[:, None] > cc[None, :],
+                  other=0.0)
     akk = akk * beta[:, None]
     a = tl.where(same, -akk, 0.0)
     for i in range(1, BC):

@@ -1,8 +1,9 @@
 """Launch configurations of the KDA forward, per arch: data, chosen by `kernels.arch`.
 
 For each head size K a row gives the warps, and the software-pipelining
-stages (None: Triton's default), of K1 (prepare), of the chunk walk (which
-pass A, the transition kernel, shares) and of pass B (the scan). For the arch:
+stages (None: Triton's default), of K1's three kernels (stage, intra, solve),
+of the chunk walk (which pass A, the transition kernel, shares) and of pass B
+(the scan). For the arch:
 the input precision of pass B's fp32 product M S_in, which must stay about
 fp32 (NVIDIA: 'tf32x3'; AMD's backend has no tf32x3, and 'ieee' is exact fp32),
 and, for a kernel whose every config tried on that arch spills, why (a
@@ -30,10 +31,12 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class KdaConfig:
-    """prepare: K1; walk: the chunk walk and pass A; scan: pass B (it holds M [K, K]);
-    columns: the width of K1's column blocks (capped at K and V)."""
+    """stage, intra, solve: K1's kernels; walk: the chunk walk and pass A; scan: pass B (it
+    holds M [K, K]); columns: the width of K1's column blocks (capped at K and V)."""
 
-    prepare: KernelConfig
+    stage: KernelConfig
+    intra: KernelConfig
+    solve: KernelConfig
     walk: KernelConfig
     scan: KernelConfig
     columns: int = 64
@@ -49,23 +52,24 @@ class ArchTuning:
     spills: dict = field(default_factory=dict)
 
 
-_NVIDIA = {64: KdaConfig(KernelConfig(4), KernelConfig(4), KernelConfig(4)),
-           128: KdaConfig(KernelConfig(4), KernelConfig(4), KernelConfig(8))}
+# K1 as three kernels at four warps each: on the H200 (1x8192x96) eight warps made stage 1.11x and
+# intra 1.07x slower, two warps made stage 1.09x and intra 1.15x slower, eight warps for solve 1.85x
+# slower (bench/NOTES.md). sm90, triton 3.9: stage 141, intra 142, solve 181 registers, no spill.
+_K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
+_NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4)),
+           128: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(8))}
 
 # AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
 # prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
 # pass B with 8 warps); exact fp32 for pass B.
-_AMD = {64: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(4, 1)),
-        128: KdaConfig(KernelConfig(4), KernelConfig(4, 1), KernelConfig(8, 1))}
+_AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
+        128: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
 
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA, spills={
-        "kda_prepare_kernel": "K1 holds the diagonal blocks' [16, K] fp32 tiles and T's [64, 64] products: "
-                              "255 registers a thread with 4 warps and, on some specializations, 8 to 48 bytes "
-                              "of stack (was 1312 before the column blocks)"}),
+    "sm90": ArchTuning(rows=_NVIDIA),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
