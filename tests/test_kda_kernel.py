@@ -405,6 +405,26 @@ def test_host_offsets_plan_without_reading_the_device_and_metadata_is_kept():
     assert api._meta._KEPT.keys() == kept.keys()  # nothing new copied from the host
 
 
+def test_a_call_with_an_earlier_calls_sequences_builds_no_table(monkeypatch):
+    """The chunk and unit tables are kept by the sequences they come from: the same sequences again
+    build neither (the host time of a call no longer grows with its chunks); others build theirs."""
+    cu, (q, k, v, g, beta) = _varlen([37, 0, 66], 15)
+    host = [int(x) for x in cu.tolist()]
+    want, _ = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, cu_seqlens_cpu=host, chunks_per_segment=1)
+
+    def refuse(*args):
+        raise AssertionError("a table was built again")
+
+    monkeypatch.setattr(api._meta, "chunk_table", refuse)
+    monkeypatch.setattr(api._meta, "unit_table", refuse)
+    got, _ = flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, cu_seqlens_cpu=host, chunks_per_segment=1)
+    assert torch.equal(got, want)
+    with pytest.raises(AssertionError, match="built again"):
+        other = [0, 37, 38, 103]
+        flash_kda_fwd(q, k, v, g, beta, cu_seqlens=torch.tensor(other, dtype=torch.int32, device=DEVICE),
+                      cu_seqlens_cpu=other, chunks_per_segment=1)
+
+
 def test_kept_metadata_stops_growing_and_is_never_evicted(monkeypatch):
     monkeypatch.setattr(api._meta, "_KEPT", {})
     monkeypatch.setattr(api._meta, "KEPT_MAX", 2)

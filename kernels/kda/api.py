@@ -270,20 +270,18 @@ def flash_kda_fwd(
     workspace = {} if workspace is None else workspace
 
     v_blocks = dim_v // BLOCK_V
-    table, first = _meta.chunk_table(bounds, rows, CHUNK, seq_len)
+    chunk_meta, first = _meta.chunks(bounds, rows, CHUNK, seq_len, device)
     counts = [b - a for a, b in zip(first, first[1:])]
     cps = chunks_per_segment
     if cps is None:
         cps = _plan.chunks_per_segment(counts, heads, v_blocks, arch.cu_count(device))
-    units, seg_off = _meta.unit_table(first, int(cps))
-    nc, nu = len(table), len(units)
+    unit_meta, seg_off_t = _meta.units(first, int(cps), device)
+    nc, nu = chunk_meta.shape[0], unit_meta.shape[0]
     arch_name = arch.arch_name(device)
     configs = _tuning.config(arch_name, dim_k)
     dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
 
-    chunk_meta = _meta.to_device(table, device)
-    unit_meta = _meta.to_device(units, device)
     tiles = _buffer(workspace, "tiles", (nc, heads, 3, CHUNK, dim_k), dot, device)
     u = _buffer(workspace, "u", (nc, heads, CHUNK, dim_v), torch.float32, device)
     aqk = _buffer(workspace, "aqk", (nc, heads, CHUNK, CHUNK), dot, device)
@@ -340,7 +338,6 @@ def flash_kda_fwd(
     else:
         ms = _buffer(workspace, "transition", (nu, heads, dim_k, dim_k + dim_v), torch.float32, device)
         s_in = _buffer(workspace, "segment_state", (nu, heads, dim_k, dim_v), torch.float32, device)
-        seg_off_t = _meta.to_device(seg_off, device, width=1).view(-1)
         _launch.launch(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
             unit_meta, tiles, u, aqk, decay, ms, heads),
             dict(common, DOT=dot_tl), **configs.walk.options)

@@ -10,6 +10,8 @@ Unsegmented, a unit is a whole sequence. Segmented with cps chunks per segment,
 sequence n has max(1, ceil(chunks_n / cps)) segments (an empty sequence keeps one
 empty segment, which carries its initial state to its final state), and
 seg_off [N + 1] gives each sequence's first segment.
+`chunks` and `units` give both tables on the device, kept by the sequences they
+come from, so that a call with an earlier call's sequences builds neither.
 """
 
 import torch
@@ -66,4 +68,35 @@ def to_device(rows, device, width: int = 4) -> torch.Tensor:
         kept = torch.tensor(rows, dtype=torch.int32).view(-1, width).to(device)
         if len(_KEPT) < KEPT_MAX:
             _KEPT[key] = kept
+    return kept
+
+
+# Tables on their device by the sequences they were built from, kept like to_device's tensors (never
+# evicted, at most KEPT_MAX): a call with an earlier call's sequences builds no table and hashes no
+# rows, only its (bos, length) pairs.
+_CHUNKS: dict = {}
+_UNITS: dict = {}
+
+
+def chunks(bounds, rows, chunk: int, seq_len: int, device):
+    """(chunk_table's rows on `device` [NC, 4], each sequence's first chunk as a tuple)."""
+    key = (tuple(bounds), tuple(rows), chunk, seq_len, torch.device(device))
+    kept = _CHUNKS.get(key)
+    if kept is None:
+        table, first = chunk_table(bounds, rows, chunk, seq_len)
+        kept = to_device(table, device), tuple(first)
+        if len(_CHUNKS) < KEPT_MAX:
+            _CHUNKS[key] = kept
+    return kept
+
+
+def units(first, cps: int, device):
+    """(unit_table's units on `device` [NU, 4], its seg_off on `device` [N + 1])."""
+    key = (tuple(first), cps, torch.device(device))
+    kept = _UNITS.get(key)
+    if kept is None:
+        table, seg_off = unit_table(first, cps)
+        kept = to_device(table, device), to_device(seg_off, device, width=1).view(-1)
+        if len(_UNITS) < KEPT_MAX:
+            _UNITS[key] = kept
     return kept
