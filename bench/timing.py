@@ -119,7 +119,10 @@ def host_us(fn, calls: int) -> float:
     """Host time of a plain call in us: `calls` calls enqueued back to back (no sync inside) over
     their count, behind a kernel that keeps the device busy meanwhile (torch.cuda._sleep): the
     queue neither fills behind slow kernels (a launch would wait for room) nor starts empty on
-    an idle device (the first launch to it costs more)."""
+    an idle device (the first launch to it costs more). The launches of all `calls` must fit
+    the queue in front of the sleep: on the H200 800 launches did and 1200 did not (200 calls of
+    a six-launch KDA forward read about 1 ms a call, the sleep shared out), so keep calls times
+    the launches of a call at 800 or fewer."""
     fn()
     torch.cuda.synchronize()
     torch.cuda._sleep(HOST_SLEEP_CYCLES)
