@@ -56,6 +56,17 @@ KEPT_MAX = 1024
 _KEPT: dict = {}
 
 
+def _keep(store: dict, key, build):
+    """store[key], from build() the first time; stored only while the store holds fewer than
+    KEPT_MAX entries, and never evicted."""
+    kept = store.get(key)
+    if kept is None:
+        kept = build()
+        if len(store) < KEPT_MAX:
+            store[key] = kept
+    return kept
+
+
 def to_device(rows, device, width: int = 4) -> torch.Tensor:
     """int32 tensor [len(rows), width] of metadata rows (or a flat list with width 1) on `device`.
 
@@ -63,40 +74,27 @@ def to_device(rows, device, width: int = 4) -> torch.Tensor:
     host, so it can be captured in a CUDA graph (a copy from host memory cannot). Callers
     only read these tensors."""
     key = (tuple(tuple(r) for r in rows) if width > 1 else tuple(rows), width, torch.device(device))
-    kept = _KEPT.get(key)
-    if kept is None:
-        kept = torch.tensor(rows, dtype=torch.int32).view(-1, width).to(device)
-        if len(_KEPT) < KEPT_MAX:
-            _KEPT[key] = kept
-    return kept
+    return _keep(_KEPT, key, lambda: torch.tensor(rows, dtype=torch.int32).view(-1, width).to(device))
 
 
-# Tables on their device by the sequences they were built from, kept like to_device's tensors (never
-# evicted, at most KEPT_MAX): a call with an earlier call's sequences builds no table and hashes no
-# rows, only its (bos, length) pairs.
+# Tables on their device by the sequences they were built from, kept like to_device's tensors: a
+# call with an earlier call's sequences builds no table and hashes no rows, only its (bos, length)
+# pairs.
 _CHUNKS: dict = {}
 _UNITS: dict = {}
 
 
 def chunks(bounds, rows, chunk: int, seq_len: int, device):
     """(chunk_table's rows on `device` [NC, 4], each sequence's first chunk as a tuple)."""
-    key = (tuple(bounds), tuple(rows), chunk, seq_len, torch.device(device))
-    kept = _CHUNKS.get(key)
-    if kept is None:
+    def build():
         table, first = chunk_table(bounds, rows, chunk, seq_len)
-        kept = to_device(table, device), tuple(first)
-        if len(_CHUNKS) < KEPT_MAX:
-            _CHUNKS[key] = kept
-    return kept
+        return to_device(table, device), tuple(first)
+    return _keep(_CHUNKS, (tuple(bounds), tuple(rows), chunk, seq_len, torch.device(device)), build)
 
 
 def units(first, cps: int, device):
     """(unit_table's units on `device` [NU, 4], its seg_off on `device` [N + 1])."""
-    key = (tuple(first), cps, torch.device(device))
-    kept = _UNITS.get(key)
-    if kept is None:
+    def build():
         table, seg_off = unit_table(first, cps)
-        kept = to_device(table, device), to_device(seg_off, device, width=1).view(-1)
-        if len(_UNITS) < KEPT_MAX:
-            _UNITS[key] = kept
-    return kept
+        return to_device(table, device), to_device(seg_off, device, width=1).view(-1)
+    return _keep(_UNITS, (tuple(first), cps, torch.device(device)), build)
