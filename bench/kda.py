@@ -24,9 +24,9 @@ extra (`pip install -e .[fla]`); without it the bench stops and says so.
 
 --baseline DIR times our forward against another checkout's (bench.baseline; e.g.
 `git worktree add /tmp/base main`) instead of against FLA, so fla-core is not
-needed: the same graph-replayed ABBA rounds, ours / base, the base's host time and
-the RMS difference between the two. --kernels adds where our forward's device
-time goes: each kernel's time per call (torch.profiler over KERNEL_CALLS calls).
+needed: the same rounds and columns, the base in FLA's place. --kernels adds where
+our forward's device time goes: each kernel's time per call (torch.profiler over
+KERNEL_CALLS calls, on the row's own inputs).
 """
 
 import argparse
@@ -118,7 +118,7 @@ def ours(x: dict, forward=flash_kda_fwd):
     return run
 
 
-def fla(x: dict, chunk_kda):
+def fla_forward(x: dict, chunk_kda):
     def run():
         return chunk_kda(
             x["q"], x["k"], x["v"], x["g"], x["beta"], output_final_state=True, use_gate_in_kernel=True,
@@ -172,62 +172,52 @@ def kernel_us(fn, calls: int = KERNEL_CALLS) -> dict:
     return dict(sorted(times.items(), key=lambda kv: -kv[1]))
 
 
-def measure_base(shape: Shape, device, copy: float, rounds: int, base_fwd) -> dict:
-    """Ours against another checkout's forward (--baseline), on the same inputs."""
+def measure(shape: Shape, device, copy: float, rounds: int, peer, name: str, kernels: bool = False) -> dict:
+    """Ours against `peer` (x -> a forward on inputs x: FLA's, or a base checkout's) on the same
+    inputs; the peer's figures under keys with its `name` ('fla', 'base'). kernels: also our
+    kernels' device time per call."""
     x = inputs(shape, device)
-    mine, base = ours(x), ours(x, base_fwd)
-    o_a, s_a = mine()
-    o_b, s_b = base()
-    vs = _timed(base, mine, rounds)
-    noise = _timed(mine, ours(x), rounds)
-    return dict(shape=shape.name, batch=shape.batch, tokens=shape.tokens, heads=shape.heads, seqs=shape.seqs,
-                bytes=shape.bytes, rms_o=_rms_ratio(o_a, o_b), rms_state=_rms_ratio(s_a, s_b),
-                base_us=vs["a_us"], ours_us=vs["b_us"], ours_over_base=vs["ratio"], spread=vs["spread"],
-                timing=vs["how"], noise=noise["ratio"], noise_spread=noise["spread"],
-                ours_pct_copy=100 * shape.bytes / (vs["b_us"] * 1e-6) / 1e12 / copy,
-                ours_host_us=host_us(mine, HOST_CALLS), base_host_us=host_us(base, HOST_CALLS))
-
-
-def measure(shape: Shape, device, copy: float, rounds: int, chunk_kda) -> dict:
-    x = inputs(shape, device)
-    mine, theirs = ours(x), fla(x, chunk_kda)
+    mine, theirs = ours(x), peer(x)
     o_a, s_a = mine()
     o_b, s_b = theirs()
     row = dict(shape=shape.name, batch=shape.batch, tokens=shape.tokens, heads=shape.heads, seqs=shape.seqs,
                bytes=shape.bytes, rms_o=_rms_ratio(o_a, o_b), rms_state=_rms_ratio(s_a, s_b))
     vs = _timed(theirs, mine, rounds)
     noise = _timed(mine, ours(x), rounds)
-    row.update(fla_us=vs["a_us"], ours_us=vs["b_us"], ours_over_fla=vs["ratio"], spread=vs["spread"],
-               timing=vs["how"], noise=noise["ratio"], noise_spread=noise["spread"])
-    for who, us in (("ours", row["ours_us"]), ("fla", row["fla_us"])):
-        tbps = shape.bytes / (us * 1e-6) / 1e12
+    row.update({f"{name}_us": vs["a_us"], "ours_us": vs["b_us"], f"ours_over_{name}": vs["ratio"],
+                "spread": vs["spread"], "timing": vs["how"], "noise": noise["ratio"], "noise_spread": noise["spread"]})
+    for who in ("ours", name):
+        tbps = shape.bytes / (row[f"{who}_us"] * 1e-6) / 1e12
         row[f"{who}_pct_copy"] = 100 * tbps / copy
-    row.update(ours_plain_us=_plain_us(mine, PLAIN_CALLS), fla_plain_us=_plain_us(theirs, PLAIN_CALLS),
-               ours_host_us=host_us(mine, HOST_CALLS), fla_host_us=host_us(theirs, HOST_CALLS))
+    for who, fn in (("ours", mine), (name, theirs)):
+        row[f"{who}_plain_us"] = _plain_us(fn, PLAIN_CALLS)
+        row[f"{who}_host_us"] = host_us(fn, HOST_CALLS)
+    if kernels:
+        row["kernel_us"] = kernel_us(mine)
     return row
-
-
-def _print_base_row(row: dict) -> None:
-    print(f"{row['shape']:<22} {row['ours_us']:>9.1f} {row['base_us']:>9.1f} {row['ours_over_base']:>6.3f} "
-          f"({row['spread'][0]:.3f}-{row['spread'][1]:.3f}) {row['ours_pct_copy']:>5.1f}% "
-          f"{row['ours_host_us']:>7.1f} {row['base_host_us']:>7.1f} {row['rms_o']:>8.1e} {row['rms_state']:>8.1e} "
-          f"{row['noise']:.3f} ({row['noise_spread'][0]:.3f}-{row['noise_spread'][1]:.3f})"
-          + ("" if row["timing"] == "graph" else f"  [{row['timing']}]"), flush=True)
 
 
 def _print_kernels(times: dict) -> None:
     total = sum(times.values())
-    print("    " + "; ".join(f"{name.split('(')[0]} {us:.1f} us ({100 * us / total:.0f}%)" for name, us in times.items()),
-          flush=True)
+    parts = (f"{name.split('(')[0]} {us:.1f} us ({100 * us / total:.0f}%)" for name, us in times.items())
+    print("    " + "; ".join(parts), flush=True)
 
 
-def _print_row(row: dict) -> None:
-    print(f"{row['shape']:<22} {row['ours_us']:>9.1f} {row['fla_us']:>9.1f} {row['ours_over_fla']:>6.2f} "
-          f"({row['spread'][0]:.2f}-{row['spread'][1]:.2f}) {row['ours_pct_copy']:>5.1f}% {row['fla_pct_copy']:>5.1f}% "
-          f"{row['ours_plain_us']:>9.1f} {row['fla_plain_us']:>9.1f} {row['ours_host_us']:>7.1f} "
-          f"{row['fla_host_us']:>7.1f} {row['rms_o']:>8.1e} {row['rms_state']:>8.1e} "
+def _print_head(name: str) -> None:
+    print(f"{'B x T x H':<22} {'ours us':>9} {name + ' us':>9} {'o/' + name:>6} {'(spread)':>13} {'%copy':>6} "
+          f"{name + ' %':>6} {'plain us':>9} {name + ' plain':>10} {'host us':>7} {name + ' host':>9} "
+          f"{'rms o':>8} {'rms S':>8} noise")
+
+
+def _print_row(row: dict, name: str) -> None:
+    print(f"{row['shape']:<22} {row['ours_us']:>9.1f} {row[name + '_us']:>9.1f} {row['ours_over_' + name]:>6.3f} "
+          f"({row['spread'][0]:.3f}-{row['spread'][1]:.3f}) {row['ours_pct_copy']:>5.1f}% "
+          f"{row[name + '_pct_copy']:>5.1f}% {row['ours_plain_us']:>9.1f} {row[name + '_plain_us']:>10.1f} "
+          f"{row['ours_host_us']:>7.1f} {row[name + '_host_us']:>9.1f} {row['rms_o']:>8.1e} {row['rms_state']:>8.1e} "
           f"{row['noise']:.3f} ({row['noise_spread'][0]:.3f}-{row['noise_spread'][1]:.3f})"
           + ("" if row["timing"] == "graph" else f"  [{row['timing']}]"), flush=True)
+    if "kernel_us" in row:
+        _print_kernels(row["kernel_us"])
 
 
 def main(argv=None) -> int:
@@ -244,37 +234,26 @@ def main(argv=None) -> int:
         return 2
     if args.baseline:
         base_fwd = baseline.load(args.baseline, "kernels.kda").flash_kda_fwd
-        peer = f"base {args.baseline}"
+        name, peer, which = "base", (lambda x: ours(x, base_fwd)), f"base {args.baseline}"
     else:
         chunk_kda = _fla_chunk_kda()
         import fla
-        peer = f"fla-core {getattr(fla, '__version__', '?')}"
+        name, peer = "fla", (lambda x: fla_forward(x, chunk_kda))
+        which = f"fla-core {getattr(fla, '__version__', '?')}"
     device = torch.device("cuda")
     copy = copy_tbps()
     head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
-            f"triton {triton.__version__}, {peer}\n"
+            f"triton {triton.__version__}, {which}\n"
             f"command: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; bf16, K = V = {DIM}, gate lower_bound "
             f"{LOWER_BOUND}, beta sigmoid, q/k L2 norm in kernel, final state out")
     print(head)
     words = (args.k or "").split()
-    if args.baseline:
-        print(f"{'B x T x H':<22} {'ours us':>9} {'base us':>9} {'o/base':>6} {'(spread)':>13} {'%copy':>6} "
-              f"{'host us':>7} {'base host':>7} {'rms o':>8} {'rms S':>8} noise")
-    else:
-        print(f"{'B x T x H':<22} {'ours us':>9} {'fla us':>9} {'o/fla':>6} {'(spread)':>11} {'%copy':>6} {'fla %':>6} "
-              f"{'plain us':>9} {'fla plain':>9} {'host us':>7} {'fla host':>7} {'rms o':>8} {'rms S':>8} noise")
+    _print_head(name)
     rows = []
     for shape in SHAPES:
         if all(w in shape.name for w in words):
-            if args.baseline:
-                rows.append(measure_base(shape, device, copy, args.rounds, base_fwd))
-                _print_base_row(rows[-1])
-            else:
-                rows.append(measure(shape, device, copy, args.rounds, chunk_kda))
-                _print_row(rows[-1])
-            if args.kernels:
-                rows[-1]["kernel_us"] = kernel_us(ours(inputs(shape, device)))
-                _print_kernels(rows[-1]["kernel_us"])
+            rows.append(measure(shape, device, copy, args.rounds, peer, name, args.kernels))
+            _print_row(rows[-1], name)
             torch.cuda.empty_cache()
             write_json(args.json, head, copy, rows)
     return 0
