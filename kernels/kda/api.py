@@ -279,6 +279,7 @@ def flash_kda_fwd(
     nc, nu = chunk_meta.shape[0], unit_meta.shape[0]
     arch_name = arch.arch_name(device)
     configs = _tuning.config(arch_name, dim_k)
+    precision = _tuning.tuning(arch_name).scan_precision
     dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
 
@@ -325,7 +326,7 @@ def flash_kda_fwd(
             v, beta, v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
             chunk_meta, sc, akk, tiles, u, decay, heads, float(scale)),
             dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v),
-                 BETA_SIGMOID=beta_sigmoid, DOT=dot_tl),
+                 BETA_SIGMOID=beta_sigmoid, PRECISION=precision, DOT=dot_tl),
             **configs.solve.options)
 
     out_args = (out, out.stride(0), out.stride(1), out.stride(2), chunk_meta, unit_meta, tiles, u, aqk, decay)
@@ -343,7 +344,7 @@ def flash_kda_fwd(
             dict(common, DOT=dot_tl), **configs.walk.options)
         _launch.launch(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
             seg_off_t, ms, s_in, *state_args, *cache_args, heads),
-            dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=_tuning.tuning(arch_name).scan_precision),
+            dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=precision),
             **configs.scan.options)
         _launch.launch(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
             *out_args, s_in, *state_args, fin, *fin_strides, *cache_args, heads),

@@ -197,12 +197,13 @@ def kda_solve_kernel(
     v_ptr, beta_ptr, sv_b, sv_t, sv_h, sb_b, sb_t, sb_h,
     meta_ptr, scratch_ptr, akk_ptr, tiles_ptr, u_ptr, decay_ptr, H, scale,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-    BETA_SIGMOID: tl.constexpr, DOT: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr,
 ):
     """T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC] blocks, Lo
-    below them): Dinv = (I + Ld)^-1 by forward substitution on all diagonal blocks at
-    once, N = Dinv Lo (N^4 = 0 for C = 4 BC), T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv.
-    Then w, u, qg, kg and decay by column blocks."""
+    below them): Dinv = (I + Ld)^-1 (forward substitution on the [BC/4, BC/4] blocks, then
+    merged into [BC, BC] ones by products), N = Dinv Lo (N^4 = 0 for C = 4 BC),
+    T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv. Then w, u, qg, kg and decay by column blocks."""
+    SUB: tl.constexpr = BC // 4
     cid = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     bidx, t0, length = _chunk(meta_ptr, cid)
@@ -226,14 +227,21 @@ def kda_solve_kernel(
     akk = tl.load(akk_ptr + base * (C * C) + rows[:, None] * C + cc[None, :], mask=rows[:, None] > cc[None, :],
                   other=0.0)
     akk = akk * beta[:, None]
-    a = tl.where(same, -akk, 0.0)
-    for i in range(1, BC):
-        pick = (rows % BC) == i
+    quad = (rows[:, None] // SUB) == (cc[None, :] // SUB)
+    a = tl.where(quad, -akk, 0.0)
+    for i in range(1, SUB):
+        pick = (rows % SUB) == i
         ai = tl.sum(tl.where(pick[:, None], a, 0.0), 0)
         ai = ai + tl.sum(ai[:, None] * a, 0)
-        a = tl.where(pick[:, None] & same, ai[None, :], a)
+        a = tl.where(pick[:, None] & quad, ai[None, :], a)
     eye = tl.where(rows[:, None] == cc[None, :], 1.0, 0.0)
-    dinv = a + eye
+    # Inside each [BC, BC] block the same merge one level down: D = (I + L4)^-1 of its [SUB, SUB]
+    # blocks (a + eye), M = D L4o (L4o: the block's part below them; M^4 = 0 for BC = 4 SUB),
+    # Dinv = (I + M)^-1 D = (I - M)(I + M^2) D, in products that keep about fp32 (PRECISION).
+    quad_inv = a + eye
+    m = tl.dot(quad_inv, tl.where(same & ~quad, akk, 0.0), input_precision=PRECISION)
+    dinv = tl.dot(tl.dot(eye - m, eye + tl.dot(m, m, input_precision=PRECISION), input_precision=PRECISION),
+                  quad_inv, input_precision=PRECISION)
     nn = tl.dot(dinv, tl.where(same, 0.0, akk))
     tinv = tl.dot(tl.dot(eye - nn, eye + tl.dot(nn, nn)), dinv).to(DOT)
     for vb in tl.static_range(V // BK):

@@ -54,7 +54,8 @@ class ArchTuning:
 
 # K1 as three kernels at four warps each: on the H200 (1x8192x96) eight warps made stage 1.11x and
 # intra 1.07x slower, two warps made stage 1.09x and intra 1.15x slower, eight warps for solve 1.85x
-# slower (bench/NOTES.md). sm90, triton 3.9: stage 141, intra 142, solve 181 registers, no spill.
+# slower (bench/NOTES.md). sm90, triton 3.9: stage 141, intra 142, solve 254 registers (99 KB of shared
+# memory: two programs an SM), no spill.
 _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
 _NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4)),
            128: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(8))}
