@@ -285,3 +285,23 @@ def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
                               "gfx942", "--reuse", str(tmp_path / "none.json")], cwd=ROOT, capture_output=True,
                              text=True, env=dict(os.environ, TRITON_INTERPRET="0"), timeout=600)
     assert missing.returncode == 2 and "--reuse: expected a report written by quantfloor compile --json" in missing.stderr
+
+
+def test_the_reduce_rounds_every_lane_alike():
+    """The split's reduce holds a row's m and l in several lanes (a partition sum crosses lanes, then
+    is exchanged through shared memory to meet acc's layout). Contracting a lane's own product into
+    that cross-lane add (an fma) rounds its term and not its partner's, so the copies differ by an
+    ulp and lanes write different values to one shared address: racecheck's WAW hazard on the
+    H200 (reduce.py's final division, triton 3.6). Compiled for sm90, no fma is left in the reduce
+    (AMD's IEEE division is made of fmas, so the count there says nothing)."""
+    case = "decode-e4m3fn-token-b16-hq32-hkv4-d64-w0-L300_120-q4-shuffled-cu256-qsplit-split"
+    code = ("from verify import adapters, binaries, targets\n"
+            "target = targets.TARGETS['sm90']\n"
+            f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
+            "launch = next(l for l in adapters.planned_launches(inputs, arch='sm90', cus=target.cus)\n"
+            "              if l.fn.__name__ == 'decode_reduce_kernel')\n"
+            "print(binaries.compiled(launch, target)[0].asm['ptx'].count('fma.rn.f32'))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "0"

@@ -305,17 +305,23 @@ def compile_spec(target_name: str, case_id: str, index: int, key: str) -> dict:
     return compile_launch(launch, target)
 
 
+def compiled(launch, target: targets.Target):
+    """(the compiled kernel of one recorded launch for a target, its options), as the JIT builds
+    them: the kernel's `asm` holds every stage's text (ttgir, llir, ptx or amdgcn) and the binary."""
+    import triton
+
+    _quiet_compiler()
+    _, kwargs, bound, specialization, options = _bind(launch, target)
+    src, options = _source(launch, target, kwargs, bound, specialization, options)
+    return triton.compile(src, target=_backend(target).target, options=options.__dict__), options
+
+
 def compile_launch(launch, target: targets.Target) -> dict:
     """Compile one recorded launch (a Triton or Gluon kernel) for a target; its facts, or
     {"error": message}, and the seconds it took."""
-    import triton
-
     started = time.perf_counter()
-    _quiet_compiler()
-    _, kwargs, bound, specialization, options = _bind(launch, target)
     try:
-        src, options = _source(launch, target, kwargs, bound, specialization, options)
-        kernel = triton.compile(src, target=_backend(target).target, options=options.__dict__)
+        kernel, options = compiled(launch, target)
         facts = _facts(kernel, target, options.num_warps)
         if targets.unlaunchable(target, facts["lds"]):
             facts["error"] = targets.unlaunchable(target, facts["lds"])

@@ -263,10 +263,14 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
         dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
     if not plan.split:
         return dict(partition=partition, reduce=None, workspace=None)
+    # No fma in the reduce: a row's m and l live in several lanes, and an fma of a lane's own product
+    # with its partner's in the cross-lane sum rounds the two copies differently (by an ulp), which
+    # then race to one shared-memory address (racecheck on the H200).
     reduce = _launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, tile["D"] // plan.reduce_dims),
                            (plan.n_part, *call.strides[:3], *ws_strides),
                            dict(**tile, D_BLOCK=plan.reduce_dims, UNROLL=plan.reduce_unroll),
-                           dict(num_warps=_tuning.tuning(_arch.arch_name(device)).reduce_warps, num_stages=1))
+                           dict(num_warps=_tuning.tuning(_arch.arch_name(device)).reduce_warps, num_stages=1,
+                                enable_fp_fusion=False))
     ml_shape = (num_seqs, num_kv_heads, plan.p2, rows)
     return dict(partition=partition, reduce=reduce, workspace=(ml_shape, (*ml_shape, head_dim)))
 
