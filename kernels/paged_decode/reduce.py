@@ -11,12 +11,12 @@ Grid axis 2 cuts the head's dims into D_BLOCK-wide slices, so a few sequences
 still give the device programs enough. acc rows are D_REAL wide in the
 workspace; D is that rounded up to a power of two. m_j is in log2 units (the
 partition kernel scores with exp2). A partition with l_j == 0 saw no key; its
-acc was never written and is dropped by a select after the load, so stale or
-NaN scratch never reaches the output. The loop takes UNROLL partitions a step
-as one [UNROLL, M_PAD, D_BLOCK] block: their loads depend on nothing loaded
-before, so they are in flight together (a partition a step waited for memory
-once per partition). n_part is a runtime
-argument, so a changing partition count reuses one compiled kernel.
+acc was never written, so the acc load is masked by l_j > 0 (stale or NaN
+scratch is never read, nor memory that nothing wrote) and its m_j is dropped.
+The loop takes UNROLL partitions a step as one [UNROLL, M_PAD, D_BLOCK] block:
+their loads depend on nothing loaded in an earlier step, so they are in flight
+together (a partition a step waited for memory once per partition). n_part is
+a runtime argument, so a changing partition count reuses one compiled kernel.
 """
 
 import triton
@@ -50,11 +50,10 @@ def decode_reduce_kernel(
         in_part = (parts < n_part)[:, None] & row_ok[None, :]
         l_j = tl.load(l_ws_ptr + ws, mask=in_part, other=0.0)
         m_j = tl.load(m_ws_ptr + ws, mask=in_part, other=float("-inf"))
-        acc_j = tl.load(acc_ws_ptr + ws[:, :, None] * D_REAL + dims[None, None, :],
-                        mask=in_part[:, :, None] & cell_ok[None, :, :], other=0.0)
         seen = l_j > 0
+        acc_j = tl.load(acc_ws_ptr + ws[:, :, None] * D_REAL + dims[None, None, :],
+                        mask=(in_part & seen)[:, :, None] & cell_ok[None, :, :], other=0.0)
         m_j = tl.where(seen, m_j, float("-inf"))
-        acc_j = tl.where(seen[:, :, None], acc_j, 0.0)
         m_new = tl.maximum(m_run, tl.max(m_j, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_run - m_safe)
