@@ -179,10 +179,13 @@ def kda_intra_kernel(
     gI = tl.load(blk + 2 * C * K)
     dkk = tl.zeros([BC, BC], dtype=tl.float32)
     dqk = tl.zeros([BC, BC], dtype=tl.float32)
+    same_row = rb[:, None] * 0 + ck[None, :]  # [BC, K]: row j's columns in every row of the block
     for jj in range(BC):
-        kj = tl.load(sq_base + C * K + (i0 + jj) * K + ck)
-        gj = tl.load(sq_base + 2 * C * K + (i0 + jj) * K + ck)
-        e = kj[None, :] * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj[None, :], float("-inf")))
+        # Row j loaded into each row of a [BC, K] tile (the math's layout, so no exchange through
+        # shared memory; the repeated addresses hit the L1).
+        kj = tl.load(sq_base + C * K + (i0 + jj) * K + same_row)
+        gj = tl.load(sq_base + 2 * C * K + (i0 + jj) * K + same_row)
+        e = kj * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj, float("-inf")))
         col_kk = tl.where(rb > jj, tl.sum(kI * e, 1), 0.0)
         col_qk = tl.sum(qI * e, 1)
         dkk = tl.where(rb[None, :] == jj, col_kk[:, None], dkk)
