@@ -404,8 +404,9 @@ def parser() -> argparse.ArgumentParser:
                           "(one JSON object a line; verify/workload.py)")
     run.add_argument("--impl", action="append", metavar="SPEC",
                      help="judge this implementation instead of ours for its operator: torch (a decode "
-                          "baseline), decode=MODULE:FUNCTION or kda=MODULE:FUNCTION (MODULE importable or a "
-                          ".py path); repeatable, one per operator (verify/impls.py)")
+                          "baseline), fla-chunk or fla-recurrent (fla-core's KDA kernels; the fla extra), "
+                          "decode=MODULE:FUNCTION or kda=MODULE:FUNCTION (MODULE importable or a .py path); "
+                          "repeatable, one per operator (verify/impls.py)")
     run.add_argument("--resume", default=None, metavar="REPORT.json",
                      help="judge only the cases this report lacks, and write the whole report there "
                           "(or to --json); the report is kept current while a run goes")
