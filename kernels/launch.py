@@ -2,10 +2,10 @@
 
 `fn[grid](*args)` binds, specializes and hashes every argument and builds a
 cache key on each call: tens of microseconds of host time for a kernel with
-forty arguments. `launch` keys the compiled kernel on what Triton itself
-specializes on, and after the first launch of a specialization (which goes
-through the JIT and compiles it) calls that kernel's launcher directly. A
-`Bound` launch computes the part of that key its fixed arguments decide once.
+forty arguments. A `Bound` launch keys the compiled kernel on what Triton
+itself specializes on, computes the part of that key its fixed arguments
+decide once, and after the first launch of a specialization (which goes
+through the JIT and compiles it) calls that kernel's launcher directly.
 
 What Triton specializes an argument on: a tensor's dtype and whether its
 address is a multiple of 16 (on AMD, also whether its storage lies within
@@ -15,6 +15,10 @@ warps and stages are part of the key. The key also holds the kernel object
 itself, so a mutated copy of a kernel (verify.mutants) never borrows the
 real one's binary, and the device, whose loaded module the launcher uses.
 Under the interpreter every launch goes through the JIT.
+
+A Bound's leading arguments are fixed values and `SLOT`s: each call passes,
+in order, the values of the slots (the tensors that change from call to
+call), wherever they stand among the fixed ones (strides between pointers).
 
 Inside `recorded()` a launch is not run but kept, with everything that decides
 its binary (kernel, constexprs, options, arguments): an entry called on meta
@@ -49,7 +53,7 @@ class Launch:
 
 @contextmanager
 def recorded():
-    """Within the block, `launch` appends a Launch to the yielded list instead of running it."""
+    """Within the block, a Bound launch appends a Launch to the yielded list instead of running it."""
     calls: list = []
     _RECORDING.append(calls)
     try:
@@ -72,68 +76,97 @@ def _spec(value):
     return type(value), value
 
 
-class Bound:
-    """A launch whose grid, trailing host arguments, constexprs and options are fixed: calling it
-    with the leading (tensor) arguments launches fn[grid](*tensors, *tail, **constexprs, **options).
+class _Slot:
+    """Stands in a Bound's arguments where each call passes a value."""
 
-    Everything of the key but the leading arguments' specializations is computed once, here.
+    def __repr__(self):
+        return "SLOT"
+
+
+SLOT = _Slot()
+
+
+def slots(count: int) -> tuple:
+    """`count` SLOTs: the leading arguments of a Bound that every call passes."""
+    return (SLOT,) * count
+
+
+class Bound:
+    """A launch whose grid, fixed arguments, constexprs and options are decided: calling it with
+    the values of its SLOTs, in order, launches fn[grid](*args, **constexprs, **options) with
+    them put in their places among the fixed arguments.
+
+    Everything of the key but the slots' specializations is computed once, here.
     A Bound serves one argument signature on one device (an entry keeps one per signature):
-    after its first launches it keeps each compiled specialization's launcher by the leading
-    tensors' alignments alone (their dtypes, and the device, are the signature's; leading
-    arguments that are not all tensors are keyed by what Triton specializes on), so a call
-    pays for those alignments and Triton's launcher; `stream`, the raw handle of the current
-    stream where the caller has it (kernels.arch.raw_stream), spares the launcher asking.
+    after its first launches it keeps each compiled specialization's launcher by the slot
+    tensors' alignments alone (their dtypes, and the device, are the signature's; slots
+    that are not all tensors are keyed by what Triton specializes on), so a call pays for
+    those alignments and Triton's launcher; `stream`, the raw handle of the current stream
+    where the caller has it (kernels.arch.raw_stream), spares the launcher asking.
     """
 
-    __slots__ = ("fn", "grid", "tail", "constexprs", "options", "_head", "_grid3", "_interpreted", "_runners",
-                 "_trailing")
+    __slots__ = ("fn", "grid", "args", "constexprs", "options", "_places", "_prefix", "_head", "_grid3",
+                 "_interpreted", "_runners", "_trailing")
 
-    def __init__(self, fn, grid: tuple, tail: tuple, constexprs: dict, options: dict):
-        self.fn, self.grid, self.tail = fn, tuple(grid), tuple(tail)
+    def __init__(self, fn, grid: tuple, args: tuple, constexprs: dict, options: dict):
+        self.fn, self.grid, self.args = fn, tuple(grid), tuple(args)
         self.constexprs, self.options = dict(constexprs), dict(options)
-        self._head = (fn, *self.options.items(), *self.constexprs.values(), *map(_spec, self.tail))
+        self._places = tuple(i for i, a in enumerate(self.args) if a is SLOT)
+        self._prefix = self._places == tuple(range(len(self._places)))  # the slots lead: no merge a call
+        fixed = [_spec(a) for a in self.args if a is not SLOT]
+        self._head = (fn, *self.options.items(), *self.constexprs.values(), self._places, *fixed)
         self._grid3 = (*self.grid, 1, 1)[:3]
         self._interpreted = arch.interpreting()
-        self._runners: dict = {}  # the leading tensors' alignments -> the compiled kernel's launcher
-        self._trailing = None  # tail, then the constexpr values in fn's parameter order (first launch)
+        self._runners: dict = {}  # the slot tensors' alignments -> the compiled kernel's launcher
+        self._trailing = None  # what follows the slots (prefix) or all arguments with SLOTs (else), then
+        # the constexpr values in fn's parameter order (first launch)
 
-    def __call__(self, *tensors, stream: int | None = None) -> None:
+    def _merged(self, values: tuple) -> tuple:
+        """The leading arguments with `values` in the slots."""
+        if len(values) != len(self._places):
+            raise TypeError(f"{getattr(self.fn, '__name__', self.fn)}: expected {len(self._places)} slot "
+                            f"values, got {len(values)}")
+        if self._prefix:
+            return (*values, *self.args[len(values):])
+        args = list(self.args)
+        for place, value in zip(self._places, values):
+            args[place] = value
+        return tuple(args)
+
+    def __call__(self, *values, stream: int | None = None) -> None:
         if _RECORDING:
-            _RECORDING[-1].append(Launch(self.fn, self.grid, (*tensors, *self.tail), dict(self.constexprs),
+            _RECORDING[-1].append(Launch(self.fn, self.grid, self._merged(values), dict(self.constexprs),
                                          dict(self.options)))
             return
         if self._interpreted:
-            self.fn[self.grid](*tensors, *self.tail, **self.constexprs, **self.options)
+            self.fn[self.grid](*self._merged(values), **self.constexprs, **self.options)
             return
         try:
-            aligned = tuple([t.data_ptr() % 16 == 0 for t in tensors]) if _HIP_2GB is None else None
-        except AttributeError:  # a leading argument that is not a tensor (the KDA launches pass ints)
+            aligned = tuple([t.data_ptr() % 16 == 0 for t in values]) if _HIP_2GB is None else None
+        except AttributeError:  # a slot that is not a tensor
             aligned = None
         if aligned is None:
-            aligned = tuple(map(_spec, tensors))
+            aligned = tuple(map(_spec, values))
         runner = self._runners.get(aligned)
-        if runner is not None:
-            runner(*tensors, *self._trailing, stream=stream)
+        if runner is None:
+            args = self._merged(values)
+            key = (self._head, torch.cuda.current_device(), *map(_spec, values))
+            compiled = _COMPILED.get(key)
+            if compiled is None:
+                compiled = self.fn[self.grid](*args, **self.constexprs, **self.options)
+                if len(_COMPILED) > 4096:
+                    _COMPILED.clear()
+                _COMPILED[key] = compiled
+                return
+            if self._trailing is None:
+                rest = tuple(self.constexprs[name] for name in self.fn.arg_names[len(args):])
+                self._trailing = (*self.args[len(self._places):], *rest) if self._prefix else (*self.args, *rest)
+            runner = self._runners[aligned] = compiled[self._grid3]
+        if self._prefix:
+            runner(*values, *self._trailing, stream=stream)
             return
-        args = (*tensors, *self.tail)
-        key = (self._head, torch.cuda.current_device(), *map(_spec, tensors))
-        compiled = _COMPILED.get(key)
-        if compiled is None:
-            compiled = self.fn[self.grid](*args, **self.constexprs, **self.options)
-            if len(_COMPILED) > 4096:
-                _COMPILED.clear()
-            _COMPILED[key] = compiled
-            return
-        if self._trailing is None:
-            self._trailing = (*self.tail, *(self.constexprs[name] for name in self.fn.arg_names[len(args):]))
-        runner = self._runners[aligned] = compiled[self._grid3]
-        runner(*tensors, *self._trailing, stream=stream)
+        args = list(self._trailing)
+        for place, value in zip(self._places, values):
+            args[place] = value
+        runner(*args, stream=stream)
 
-
-def launch(fn, grid: tuple, args: tuple, constexprs: dict, **options) -> None:
-    """fn[grid](*args, **constexprs, **options), on the current device and stream.
-
-    `args` are fn's leading parameters in order; `constexprs` name all the others; `options` are
-    Triton's launch options (num_warps, num_stages, maxnreg, waves_per_eu).
-    """
-    Bound(fn, grid, (), constexprs, options)(*args)

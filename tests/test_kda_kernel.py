@@ -445,6 +445,34 @@ def test_host_offsets_that_disagree_are_refused_when_checked(offsets, fragment):
         flash_kda_fwd(q, k, v, g, beta, cu_seqlens=cu, cu_seqlens_cpu=offsets, validate=True)
 
 
+def test_a_signature_is_checked_once_and_device_values_on_every_call(monkeypatch):
+    """A second call of one argument signature skips the checks and the plan (kept with its launches),
+    but what device tensors hold is checked again each call: host offsets against cu_seqlens
+    (always under the interpreter, else with validate) and the paged state's slots."""
+    cu = torch.tensor([0, 15, 15, 85], dtype=torch.int64, device=DEVICE)
+    q, k, v, g, beta = make_inputs(1, 85, 2, seed=17)
+    cache = rand_state(5, 2, 64, 64, seed=18)
+    has = torch.tensor([True, False, True], device=DEVICE)
+    kwargs = dict(cu_seqlens=cu, cu_seqlens_cpu=[0, 15, 15, 85], state_cache=cache, has_initial_state=has,
+                  validate=True)
+    want, _ = flash_kda_fwd(q, k, v, g, beta, state_indices=torch.tensor([3, 0, 1], device=DEVICE), **kwargs)
+
+    def refuse(*args):
+        raise AssertionError("checked and planned again")
+
+    monkeypatch.setattr(api, "_checked", refuse)
+    cache.copy_(rand_state(5, 2, 64, 64, seed=18))
+    got, _ = flash_kda_fwd(q, k, v, g, beta, state_indices=torch.tensor([3, 0, 1], device=DEVICE), **kwargs)
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match=r"\bstate_indices\b"):
+        flash_kda_fwd(q, k, v, g, beta, state_indices=torch.tensor([3, 5, 1], device=DEVICE), **kwargs)
+    with pytest.raises(ValueError, match=r"\bstate_indices\b"):
+        flash_kda_fwd(q, k, v, g, beta, state_indices=torch.tensor([3, 3, 1], device=DEVICE), **kwargs)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu: expected the offsets of cu_seqlens"):
+        flash_kda_fwd(q, k, v, g, beta, state_indices=torch.tensor([3, 0, 1], device=DEVICE),
+                      **dict(kwargs, cu_seqlens=torch.tensor([0, 15, 16, 85], dtype=torch.int64, device=DEVICE)))
+
+
 def test_host_offsets_without_cu_seqlens_are_refused():
     q, k, v, g, beta = make_inputs(1, 20, 1, seed=13)
     with pytest.raises(ValueError, match="cu_seqlens_cpu: expected None without cu_seqlens"):
@@ -474,7 +502,7 @@ def test_gpu_varlen_call_is_captured_in_a_graph(cps):
 def test_state_slots_past_the_cache_are_clamped_in_the_kernel(monkeypatch):
     """The host refuses bad slots; the kernels clamp them as well, so a call that got past the check
     reads and writes only the cache's own slots: the guard slots around it stay as they were."""
-    monkeypatch.setattr(api, "_check_states", lambda *args: None)
+    monkeypatch.setattr(api, "_check_slots", lambda *args: None)
     cu = torch.tensor([0, 20, 50, 64], dtype=torch.int64, device=DEVICE)
     q, k, v, g, beta = make_inputs(1, 64, 2, seed=21)
     big = rand_state(7, 2, 64, 64, seed=22)

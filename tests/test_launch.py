@@ -34,7 +34,7 @@ def _bound(monkeypatch):
     monkeypatch.setattr(arch, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     kernel = _Kernel()
-    return kernel, launch.Bound(kernel, (1,), (), {"C": 3}, {"num_warps": 1})
+    return kernel, launch.Bound(kernel, (1,), launch.slots(2), {"C": 3}, {"num_warps": 1})
 
 
 def test_bound_launches_take_leading_ints(monkeypatch):
@@ -55,3 +55,30 @@ def test_bound_runners_follow_the_alignment(monkeypatch):
     assert [e[0] for e in kernel.events] == ["jit", "jit"]  # a new specialization compiles
     bound(aligned, torch.zeros(1))
     assert kernel.events[-1][0] == "runner"
+
+
+class _Kernel4(_Kernel):
+    arg_names = ["x", "n", "y", "C"]
+
+
+def test_bound_slots_between_fixed_arguments(monkeypatch):
+    """Slots stand anywhere among the fixed arguments: each launch gets its values in their places,
+    through the JIT the first time and the kept launcher after."""
+    monkeypatch.setattr(arch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    kernel = _Kernel4()
+    bound = launch.Bound(kernel, (1,), (launch.SLOT, 5, launch.SLOT), {"C": 3}, {"num_warps": 1})
+    x, y, z = torch.zeros(4), torch.zeros(8), torch.zeros(16)
+    bound(x, y)
+    bound(x, y)
+    bound(z, x)
+    assert kernel.events == [("jit", (x, 5, y)), ("runner", (x, 5, y, 3), None), ("runner", (z, 5, x, 3), None)]
+
+
+def test_bound_slots_are_merged_when_recorded():
+    kernel = _Kernel4()
+    bound = launch.Bound(kernel, (2, 3), (launch.SLOT, 7, launch.SLOT), {"C": 1}, {})
+    x, y = torch.zeros(1), torch.zeros(2)
+    with launch.recorded() as calls:
+        bound(x, y)
+    assert len(calls) == 1 and calls[0].args == (x, 7, y) and calls[0].grid == (2, 3)

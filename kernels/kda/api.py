@@ -13,6 +13,7 @@ Every kernel and host helper is reached through its module attribute at call
 time, so a module can be swapped for a modified copy.
 """
 
+import dataclasses
 import math
 from numbers import Integral, Real
 
@@ -144,11 +145,19 @@ def _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, checked):
                              f"got a tensor on {cu_seqlens_cpu.device}")
         cu = [int(x) for x in (cu_seqlens_cpu.tolist() if isinstance(cu_seqlens_cpu, torch.Tensor)
                                else cu_seqlens_cpu)]
-        if len(cu) != cu_seqlens.numel() or (checked and cu != cu_seqlens.tolist()):
+        if len(cu) != cu_seqlens.numel():
             raise ValueError(f"cu_seqlens_cpu: expected the offsets of cu_seqlens, got {cu}")
+        if checked:
+            _check_offsets(cu, cu_seqlens)
     if cu[0] != 0 or cu[-1] != seq_len or any(b < a for a, b in zip(cu, cu[1:])):
         raise ValueError(f"cu_seqlens: expected non-decreasing offsets from 0 to T = {seq_len}, got {cu}")
     return [(a, b - a) for a, b in zip(cu, cu[1:])], [0] * (len(cu) - 1)
+
+
+def _check_offsets(cu, cu_seqlens):
+    """cu_seqlens_cpu's offsets `cu` against the values of cu_seqlens (a device sync)."""
+    if list(cu) != cu_seqlens.tolist():
+        raise ValueError(f"cu_seqlens_cpu: expected the offsets of cu_seqlens, got {list(cu)}")
 
 
 def _check_states(initial_state, state_v_first, state_cache, state_indices, has_initial_state, n, heads, dim_k, dim_v, device):
@@ -178,21 +187,33 @@ def _check_states(initial_state, state_v_first, state_cache, state_indices, has_
     _check_tensor("has_initial_state", has_initial_state, (torch.bool,))
     _check_shape("has_initial_state", has_initial_state, [n], "[N], one flag per sequence")
     _check_device("has_initial_state", has_initial_state, device)
-    if state_indices.device.type == "meta":  # shapes only: no slots to check
-        return
+
+
+def _check_slots(state_indices, num_slots):
+    """The paged state's slots: distinct and in [0, num_slots) (read on the host: a device sync)."""
     slots = state_indices.tolist()
-    if any(not 0 <= s < state_cache.shape[0] for s in slots) or len(set(slots)) != len(slots):
-        raise ValueError(f"state_indices: expected distinct slots in [0, {state_cache.shape[0]}), got {slots}")
+    if any(not 0 <= s < num_slots for s in slots) or len(set(slots)) != len(slots):
+        raise ValueError(f"state_indices: expected distinct slots in [0, {num_slots}), got {slots}")
 
 
-def _buffer(workspace, name, shape, dtype, device):
-    """A [shape] view of workspace[name], (re)allocated when missing or too small."""
-    need = math.prod(shape)
+def _buffer(workspace, name, shape, strides, need, dtype, device):
+    """A [shape] view (contiguous `strides`, `need` elements) of workspace[name], (re)allocated when
+    missing or too small."""
     buf = workspace.get(name)
     if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < need:
         buf = torch.empty(max(need, 1), dtype=dtype, device=device)
         workspace[name] = buf
-    return buf[:need].view(shape)
+    # as_strided on the flat buffer: one view, half the host time of a slice and a reshape
+    return buf.as_strided(shape, strides)
+
+
+def _layout(shape, dtype):
+    """(shape, contiguous strides, elements, dtype) of a workspace view."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(shape), tuple(reversed(strides)), math.prod(shape), dtype
 
 
 def _state_strides(x, v_first):
@@ -210,6 +231,56 @@ def dot_dtype(device: torch.device) -> torch.dtype:
     fp32 whatever input_precision asks for).
     """
     return arch.dot_dtype(torch.bfloat16, device)
+
+
+def _tensor_key(t):
+    """The signature key of an argument: a tensor's dtype, shape, strides and device; else its
+    type and value (a number, string or None) or identity."""
+    if isinstance(t, torch.Tensor):
+        return t.dtype, t.shape, t.stride(), t.device
+    return type(t), t if t is None or isinstance(t, (int, float, str)) else id(t)
+
+
+def _offsets_key(cu_seqlens, cu_seqlens_cpu):
+    """The sequence offsets a call plans with, as a key (reading cu_seqlens without a host copy is
+    a device sync); None where they cannot be read (the checks then name the argument)."""
+    try:
+        if cu_seqlens_cpu is not None:
+            if isinstance(cu_seqlens_cpu, torch.Tensor):
+                return tuple(cu_seqlens_cpu.tolist()) if cu_seqlens_cpu.device.type == "cpu" else None
+            return tuple(cu_seqlens_cpu)
+        if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.device.type != "meta":
+            return tuple(cu_seqlens.tolist())
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What the checks of one argument signature found, and its launches (kernels.launch.Bound, the
+    tensors of a call in their SLOTs): K1's stage, intra and solve (None without chunks); the walk,
+    and for a segmented walk pass A (transition) and pass B (scan)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    o_shape: tuple
+    final_shape: tuple | None
+    buffers: dict  # workspace name -> its view's _layout
+    offsets: tuple | None  # cu_seqlens_cpu's offsets, checked against cu_seqlens on every call (validate)
+    slots: int | None  # the paged state's slot count, its indices checked on every call (None: no check)
+    stage: _launch.Bound | None
+    intra: _launch.Bound | None
+    solve: _launch.Bound | None
+    transition: _launch.Bound | None
+    scan: _launch.Bound | None
+    walk: _launch.Bound
+
+
+_CALLS: dict = {}
+# Environment the checks and the plan read (kernels.arch.cu_count, interpreting and data_checks).
+_PLAN_ENV = ("CU_NUM", "TRITON_INTERPRET", "QUANTFLOOR_VALIDATE")
+_plan_env = arch.environment(_PLAN_ENV)
 
 
 @arch.on_first_tensors_device
@@ -237,8 +308,67 @@ def flash_kda_fwd(
     the host) can be captured in a CUDA graph once a call of its shapes has run.
     With gate='log', g must be
     <= 0 (not checked: that would cost a pass over g). The kernels run on q's device,
-    whichever device is current.
+    whichever device is current. The checks, the plan and the launches of an argument
+    signature (dtypes, shapes, strides and devices of the tensors, the host values and the
+    offsets) are kept: a later call of it checks again only what device tensors hold (the
+    offsets against cu_seqlens where checked, the paged state's slots).
     """
+    if validate is not None and validate is not True and validate is not False:
+        arch.data_checks(validate)  # raises, naming the argument
+    offsets = _offsets_key(cu_seqlens, cu_seqlens_cpu)
+    key = (*map(_tensor_key, (q, k, v, g, beta, A_log, dt_bias, initial_state, state_cache, state_indices,
+                              has_initial_state, out, cu_seqlens)),
+           offsets, _tensor_key(cu_seqlens_cpu) if offsets is None else None,
+           *map(_tensor_key, (scale, output_final_state, gate, lower_bound, beta_sigmoid, qk_l2norm,
+                              state_v_first, chunks_per_segment)),
+           type(workspace), validate, arch.planned_target(), *_plan_env(),
+           # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
+           _prepare, _chunk, _meta, _plan, _tuning, _launch, arch)
+    call = _CALLS.get(key)
+    if call is None:
+        call = _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, gate, A_log,
+                        dt_bias, lower_bound, beta_sigmoid, qk_l2norm, state_v_first, state_cache, state_indices,
+                        has_initial_state, chunks_per_segment, workspace, out, cu_seqlens_cpu, validate)
+        if len(_CALLS) > 1024:
+            _CALLS.clear()
+        _CALLS[key] = call
+    else:  # what the values of device tensors decide, checked again on every call
+        if call.offsets is not None:
+            _check_offsets(call.offsets, cu_seqlens)
+        if call.slots is not None:
+            _check_slots(state_indices, call.slots)
+    device = call.device
+    if out is None:
+        out = torch.empty(call.o_shape, dtype=call.dtype, device=device)
+    final = None if call.final_shape is None else torch.empty(call.final_shape, dtype=torch.float32, device=device)
+    workspace = {} if workspace is None else workspace
+    ws = {name: _buffer(workspace, name, *layout, device) for name, layout in call.buffers.items()}
+    init = initial_state if initial_state is not None else out
+    fin = final if final is not None else out
+    state = (state_cache, state_indices, has_initial_state.to(torch.int32)) if state_cache is not None else (out,)
+    tiles, u, aqk, decay = ws["tiles"], ws["u"], ws["aqk"], ws["decay"]
+    stream = arch.raw_stream(device)
+    if call.stage is not None:
+        sc, akk = ws["scratch"], ws["akk"]
+        call.stage(q, k, g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g, sc,
+                   stream=stream)
+        call.intra(sc, akk, aqk, stream=stream)
+        call.solve(v, beta, sc, akk, tiles, u, decay, stream=stream)
+    if call.transition is None:
+        call.walk(out, tiles, u, aqk, decay, out, init, fin, *state, stream=stream)
+    else:
+        ms, s_in = ws["transition"], ws["segment_state"]
+        call.transition(tiles, u, aqk, decay, ms, stream=stream)
+        call.scan(ms, s_in, init, *state, stream=stream)
+        call.walk(out, tiles, u, aqk, decay, s_in, init, fin, *state, stream=stream)
+    return out, final
+
+
+def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, gate, A_log, dt_bias,
+             lower_bound, beta_sigmoid, qk_l2norm, state_v_first, state_cache, state_indices, has_initial_state,
+             chunks_per_segment, workspace, out, cu_seqlens_cpu, validate) -> _Call:
+    """Every check of the entry's arguments that their shapes, dtypes, strides, devices, host values
+    and offsets decide; raises a named error, or returns the signature's plan and launches."""
     batch, seq_len, heads, dim_k, dim_v = _check_inputs(q, k, v, g, beta)
     device = q.device
     lower = _check_gate(gate, A_log, dt_bias, lower_bound, heads, dim_k, device)
@@ -251,23 +381,28 @@ def flash_kda_fwd(
     for name, flag in (("output_final_state", output_final_state), ("beta_sigmoid", beta_sigmoid),
                        ("qk_l2norm", qk_l2norm), ("state_v_first", state_v_first)):
         _check_bool(name, flag)
-    bounds, rows = _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, arch.data_checks(validate))
+    checked = arch.data_checks(validate)
+    bounds, rows = _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, checked)
     n = len(bounds)
     _check_states(initial_state, state_v_first, state_cache, state_indices, has_initial_state, n, heads, dim_k, dim_v, device)
+    # a meta tensor holds no slots to check
+    paged_slots = state_cache.shape[0] if state_cache is not None and state_indices.device.type != "meta" else None
+    if paged_slots is not None:
+        _check_slots(state_indices, paged_slots)
     if chunks_per_segment is not None and (not isinstance(chunks_per_segment, Integral) or isinstance(chunks_per_segment, bool) or chunks_per_segment < 0):
         raise ValueError(f"chunks_per_segment: expected None or an int >= 0, got {chunks_per_segment!r}")
     if workspace is not None and not isinstance(workspace, dict):
         raise TypeError(f"workspace: expected a dict or None, got {type(workspace).__name__}")
     o_shape = (batch, seq_len, heads, dim_v)
     if out is None:
-        out = torch.empty(o_shape, dtype=q.dtype, device=device)
+        o_strides = torch.empty(o_shape, device="meta").stride()
     else:
         _check_tensor("out", out, (q.dtype,))
         _check_shape("out", out, o_shape, "[B, T, H, V]")
         _check_device("out", out, device)
         if out.stride(-1) != 1:
             raise ValueError(f"out: expected stride 1 on the last dimension, got strides {list(out.stride())}")
-    workspace = {} if workspace is None else workspace
+        o_strides = out.stride()
 
     v_blocks = dim_v // BLOCK_V
     chunk_meta, first = _meta.chunks(bounds, rows, CHUNK, seq_len, device)
@@ -282,71 +417,72 @@ def flash_kda_fwd(
     precision = _tuning.tuning(arch_name).scan_precision
     dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
-
-    tiles = _buffer(workspace, "tiles", (nc, heads, 3, CHUNK, dim_k), dot, device)
-    u = _buffer(workspace, "u", (nc, heads, CHUNK, dim_v), torch.float32, device)
-    aqk = _buffer(workspace, "aqk", (nc, heads, CHUNK, CHUNK), dot, device)
-    decay = _buffer(workspace, "decay", (nc, heads, dim_k), torch.float32, device)
-
-    final = None
+    buffers = dict(tiles=_layout((nc, heads, 3, CHUNK, dim_k), dot), u=_layout((nc, heads, CHUNK, dim_v), torch.float32),
+                   aqk=_layout((nc, heads, CHUNK, CHUNK), dot), decay=_layout((nc, heads, dim_k), torch.float32))
+    final_shape = None
     if output_final_state:
-        shape = (n, heads, dim_v, dim_k) if state_v_first else (n, heads, dim_k, dim_v)
-        final = torch.empty(shape, dtype=torch.float32, device=device)
+        final_shape = (n, heads, dim_v, dim_k) if state_v_first else (n, heads, dim_k, dim_v)
     if state_cache is not None:
         init_mode = _chunk.INIT_PAGED
     elif initial_state is not None:
         init_mode = _chunk.INIT_DENSE
     else:
         init_mode = _chunk.INIT_ZERO
-    init = initial_state if initial_state is not None else out
     init_strides = _state_strides(initial_state, state_v_first) if initial_state is not None else (0, 0, 0, 0)
-    fin = final if final is not None else out
-    fin_strides = _state_strides(final, state_v_first) if final is not None else (0, 0, 0, 0)
-    cache = state_cache if state_cache is not None else out
+    fin_strides = (0, 0, 0, 0)
+    if final_shape is not None:
+        fin_strides = _state_strides(torch.empty(final_shape, device="meta"), state_v_first)
     cache_strides = state_cache.stride()[:3] if state_cache is not None else (0, 0, 0)
-    slot_idx = state_indices if state_indices is not None else unit_meta
-    has_init = has_initial_state.to(torch.int32) if has_initial_state is not None else unit_meta
-    state_args = (init, *init_strides)
-    cache_args = (cache, *cache_strides, slot_idx, has_init, state_cache.shape[0] if state_cache is not None else 1)
+    S = _launch.SLOT
+    # Slots a call fills: the initial state (or a stand-in); the paged cache, its slots and their
+    # flags, or without one a stand-in cache and the unit table in place of slots and flags.
+    state_args = (S, *init_strides)
+    if state_cache is not None:
+        cache_args = (S, *cache_strides, S, S, state_cache.shape[0])
+    else:
+        cache_args = (S, *cache_strides, unit_meta, unit_meta, 1)
 
+    stage = intra = solve = transition = scan = None
     if nc:
-        sc = _buffer(workspace, "scratch", (nc, heads, 3, CHUNK, dim_k), torch.float32, device)
-        akk = _buffer(workspace, "akk", (nc, heads, CHUNK, CHUNK), torch.float32, device)
-        _launch.launch(_prepare.kda_stage_kernel, (nc, heads), (
-            q, k, g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            g.stride(0), g.stride(1), g.stride(2), chunk_meta, sc, heads, lower),
+        buffers.update(scratch=_layout((nc, heads, 3, CHUNK, dim_k), torch.float32),
+                       akk=_layout((nc, heads, CHUNK, CHUNK), torch.float32))
+        stage = _launch.Bound(_prepare.kda_stage_kernel, (nc, heads), (
+            S, S, S, S, S, *q.stride()[:3], *k.stride()[:3], *g.stride()[:3], chunk_meta, S, heads, lower),
             dict(K=dim_k, C=CHUNK, BK=min(configs.columns, dim_k), GATE=GATES[gate], L2NORM=qk_l2norm),
-            **configs.stage.options)
-        _launch.launch(_prepare.kda_intra_kernel, (nc * (CHUNK // SUB_BLOCK), heads), (
-            sc, akk, aqk, heads, float(scale)),
+            configs.stage.options)
+        intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // SUB_BLOCK), heads), (
+            S, S, S, heads, float(scale)),
             dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), DOT=dot_tl),
-            **configs.intra.options)
-        _launch.launch(_prepare.kda_solve_kernel, (nc, heads), (
-            v, beta, v.stride(0), v.stride(1), v.stride(2), beta.stride(0), beta.stride(1), beta.stride(2),
-            chunk_meta, sc, akk, tiles, u, decay, heads, float(scale)),
+            configs.intra.options)
+        solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (
+            S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, heads, float(scale)),
             dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v),
                  BETA_SIGMOID=beta_sigmoid, PRECISION=precision, DOT=dot_tl),
-            **configs.solve.options)
+            configs.solve.options)
 
-    out_args = (out, out.stride(0), out.stride(1), out.stride(2), chunk_meta, unit_meta, tiles, u, aqk, decay)
+    out_args = (S, *o_strides[:3], chunk_meta, unit_meta, S, S, S, S)
     common = dict(K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V)
-    walk = dict(PAGED=state_cache is not None, DENSE_OUT=final is not None, DOT=dot_tl)
+    walk_kind = dict(PAGED=state_cache is not None, DENSE_OUT=final_shape is not None, DOT=dot_tl)
     if cps == 0:
-        _launch.launch(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
-            *out_args, out, *state_args, fin, *fin_strides, *cache_args, heads),
-            dict(common, SEGMENTED=False, INIT=init_mode, **walk), **configs.walk.options)
+        walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+            *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
+            dict(common, SEGMENTED=False, INIT=init_mode, **walk_kind), configs.walk.options)
     else:
-        ms = _buffer(workspace, "transition", (nu, heads, dim_k, dim_k + dim_v), torch.float32, device)
-        s_in = _buffer(workspace, "segment_state", (nu, heads, dim_k, dim_v), torch.float32, device)
-        _launch.launch(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
-            unit_meta, tiles, u, aqk, decay, ms, heads),
-            dict(common, DOT=dot_tl), **configs.walk.options)
-        _launch.launch(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
-            seg_off_t, ms, s_in, *state_args, *cache_args, heads),
+        buffers.update(transition=_layout((nu, heads, dim_k, dim_k + dim_v), torch.float32),
+                       segment_state=_layout((nu, heads, dim_k, dim_v), torch.float32))
+        transition = _launch.Bound(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
+            unit_meta, S, S, S, S, S, heads),
+            dict(common, DOT=dot_tl), configs.walk.options)
+        scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
+            seg_off_t, S, S, *state_args, *cache_args, heads),
             dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=precision),
-            **configs.scan.options)
-        _launch.launch(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
-            *out_args, s_in, *state_args, fin, *fin_strides, *cache_args, heads),
-            dict(common, SEGMENTED=True, INIT=_chunk.INIT_ZERO, **walk), **configs.walk.options)
-    return out, final
+            configs.scan.options)
+        walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+            *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
+            dict(common, SEGMENTED=True, INIT=_chunk.INIT_ZERO, **walk_kind), configs.walk.options)
+    offsets = None
+    if checked and cu_seqlens is not None and cu_seqlens_cpu is not None:
+        offsets = (*(bos for bos, _ in bounds), seq_len)
+    return _Call(device=device, dtype=q.dtype, o_shape=o_shape, final_shape=final_shape, buffers=buffers,
+                 offsets=offsets, slots=paged_slots, stage=stage, intra=intra, solve=solve,
+                 transition=transition, scan=scan, walk=walk)

@@ -250,7 +250,7 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     tile = dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
                 D=_plan.pow2_at_least(head_dim), D_REAL=head_dim)
     partition = _launch.Bound(_partition.decode_partition_kernel, (num_seqs, programs, plan.n_part), (
-        float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
+        *_launch.slots(11), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
         *call.strides,
         kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
         vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
@@ -267,7 +267,7 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     # with its partner's in the cross-lane sum rounds the two copies differently (by an ulp), which
     # then race to one shared-memory address (racecheck on the H200).
     reduce = _launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, tile["D"] // plan.reduce_dims),
-                           (plan.n_part, *call.strides[:3], *ws_strides),
+                           (*_launch.slots(4), plan.n_part, *call.strides[:3], *ws_strides),
                            dict(**tile, D_BLOCK=plan.reduce_dims, UNROLL=plan.reduce_unroll),
                            dict(num_warps=_tuning.tuning(_arch.arch_name(device)).reduce_warps, num_stages=1,
                                 enable_fp_fusion=False))
