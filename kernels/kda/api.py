@@ -143,8 +143,12 @@ def _sequences(cu_seqlens, cu_seqlens_cpu, batch, seq_len, device, checked):
         if isinstance(cu_seqlens_cpu, torch.Tensor) and cu_seqlens_cpu.device.type != "cpu":
             raise ValueError(f"cu_seqlens_cpu: expected host offsets (a list or a CPU tensor), "
                              f"got a tensor on {cu_seqlens_cpu.device}")
-        cu = [int(x) for x in (cu_seqlens_cpu.tolist() if isinstance(cu_seqlens_cpu, torch.Tensor)
-                               else cu_seqlens_cpu)]
+        try:
+            cu = [int(x) for x in (cu_seqlens_cpu.tolist() if isinstance(cu_seqlens_cpu, torch.Tensor)
+                                   else cu_seqlens_cpu)]
+        except (TypeError, ValueError):
+            raise TypeError(f"cu_seqlens_cpu: expected integer offsets (a list or a CPU tensor), "
+                            f"got {cu_seqlens_cpu!r}") from None
         if len(cu) != cu_seqlens.numel():
             raise ValueError(f"cu_seqlens_cpu: expected the offsets of cu_seqlens, got {cu}")
         if checked:
@@ -248,7 +252,9 @@ def _offsets_key(cu_seqlens, cu_seqlens_cpu):
         if cu_seqlens_cpu is not None:
             if isinstance(cu_seqlens_cpu, torch.Tensor):
                 return tuple(cu_seqlens_cpu.tolist()) if cu_seqlens_cpu.device.type == "cpu" else None
-            return tuple(cu_seqlens_cpu)
+            offsets = tuple(cu_seqlens_cpu)
+            hash(offsets)  # entries a key cannot hold are left to the checks
+            return offsets
         if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.device.type != "meta":
             return tuple(cu_seqlens.tolist())
     except (TypeError, ValueError, RuntimeError):
