@@ -76,6 +76,15 @@ def _spec(value):
     return type(value), value
 
 
+def signature(value):
+    """One argument's part of the key an entry keeps a signature's checks and launches by: a
+    tensor's dtype, shape, strides and device; else its type and its value (None, a number or a
+    string) or its identity."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.shape, value.stride(), value.device
+    return type(value), value if value is None or isinstance(value, (int, float, str)) else id(value)
+
+
 class _Slot:
     """Stands in a Bound's arguments where each call passes a value."""
 
@@ -106,7 +115,7 @@ class Bound:
     """
 
     __slots__ = ("fn", "grid", "args", "constexprs", "options", "_places", "_prefix", "_head", "_grid3",
-                 "_interpreted", "_runners", "_trailing")
+                 "_interpreted", "_runners", "_launcher_args", "_after_slots")
 
     def __init__(self, fn, grid: tuple, args: tuple, constexprs: dict, options: dict):
         self.fn, self.grid, self.args = fn, tuple(grid), tuple(args)
@@ -118,20 +127,23 @@ class Bound:
         self._grid3 = (*self.grid, 1, 1)[:3]
         self._interpreted = arch.interpreting()
         self._runners: dict = {}  # the slot tensors' alignments -> the compiled kernel's launcher
-        self._trailing = None  # what follows the slots (prefix) or all arguments with SLOTs (else), then
-        # the constexpr values in fn's parameter order (first launch)
+        # What a launcher takes (first launch): the leading arguments with their SLOTs, then the
+        # constexpr values in fn's parameter order; and its part after the slots, where they lead.
+        self._launcher_args = self._after_slots = None
+
+    def _placed(self, template: tuple, values: tuple) -> list:
+        """`template` (starting with the leading arguments) with `values` in the slots."""
+        args = list(template)
+        for place, value in zip(self._places, values):
+            args[place] = value
+        return args
 
     def _merged(self, values: tuple) -> tuple:
         """The leading arguments with `values` in the slots."""
         if len(values) != len(self._places):
             raise TypeError(f"{getattr(self.fn, '__name__', self.fn)}: expected {len(self._places)} slot "
                             f"values, got {len(values)}")
-        if self._prefix:
-            return (*values, *self.args[len(values):])
-        args = list(self.args)
-        for place, value in zip(self._places, values):
-            args[place] = value
-        return tuple(args)
+        return tuple(self._placed(self.args, values))
 
     def __call__(self, *values, stream: int | None = None) -> None:
         if _RECORDING:
@@ -158,15 +170,13 @@ class Bound:
                     _COMPILED.clear()
                 _COMPILED[key] = compiled
                 return
-            if self._trailing is None:
+            if self._launcher_args is None:
                 rest = tuple(self.constexprs[name] for name in self.fn.arg_names[len(args):])
-                self._trailing = (*self.args[len(self._places):], *rest) if self._prefix else (*self.args, *rest)
+                self._launcher_args = (*self.args, *rest)
+                self._after_slots = self._launcher_args[len(self._places):]
             runner = self._runners[aligned] = compiled[self._grid3]
         if self._prefix:
-            runner(*values, *self._trailing, stream=stream)
-            return
-        args = list(self._trailing)
-        for place, value in zip(self._places, values):
-            args[place] = value
-        runner(*args, stream=stream)
+            runner(*values, *self._after_slots, stream=stream)
+        else:
+            runner(*self._placed(self._launcher_args, values), stream=stream)
 

@@ -211,13 +211,14 @@ def _buffer(workspace, name, shape, strides, need, dtype, device):
     return buf.as_strided(shape, strides)
 
 
+def _contiguous(shape):
+    """The strides of a contiguous tensor of `shape` (torch's, from a meta tensor)."""
+    return torch.empty(shape, device="meta").stride()
+
+
 def _layout(shape, dtype):
     """(shape, contiguous strides, elements, dtype) of a workspace view."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(shape), tuple(reversed(strides)), math.prod(shape), dtype
+    return tuple(shape), _contiguous(shape), math.prod(shape), dtype
 
 
 def _state_strides(x, v_first):
@@ -235,14 +236,6 @@ def dot_dtype(device: torch.device) -> torch.dtype:
     fp32 whatever input_precision asks for).
     """
     return arch.dot_dtype(torch.bfloat16, device)
-
-
-def _tensor_key(t):
-    """The signature key of an argument: a tensor's dtype, shape, strides and device; else its
-    type and value (a number, string or None) or identity."""
-    if isinstance(t, torch.Tensor):
-        return t.dtype, t.shape, t.stride(), t.device
-    return type(t), t if t is None or isinstance(t, (int, float, str)) else id(t)
 
 
 def _offsets_key(cu_seqlens, cu_seqlens_cpu):
@@ -322,10 +315,10 @@ def flash_kda_fwd(
     if validate is not None and validate is not True and validate is not False:
         arch.data_checks(validate)  # raises, naming the argument
     offsets = _offsets_key(cu_seqlens, cu_seqlens_cpu)
-    key = (*map(_tensor_key, (q, k, v, g, beta, A_log, dt_bias, initial_state, state_cache, state_indices,
+    key = (*map(_launch.signature, (q, k, v, g, beta, A_log, dt_bias, initial_state, state_cache, state_indices,
                               has_initial_state, out, cu_seqlens)),
-           offsets, _tensor_key(cu_seqlens_cpu) if offsets is None else None,
-           *map(_tensor_key, (scale, output_final_state, gate, lower_bound, beta_sigmoid, qk_l2norm,
+           offsets, _launch.signature(cu_seqlens_cpu) if offsets is None else None,
+           *map(_launch.signature, (scale, output_final_state, gate, lower_bound, beta_sigmoid, qk_l2norm,
                               state_v_first, chunks_per_segment)),
            type(workspace), validate, arch.planned_target(), *_plan_env(),
            # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
@@ -401,7 +394,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
         raise TypeError(f"workspace: expected a dict or None, got {type(workspace).__name__}")
     o_shape = (batch, seq_len, heads, dim_v)
     if out is None:
-        o_strides = torch.empty(o_shape, device="meta").stride()
+        o_strides = _contiguous(o_shape)
     else:
         _check_tensor("out", out, (q.dtype,))
         _check_shape("out", out, o_shape, "[B, T, H, V]")
@@ -468,12 +461,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
 
     out_args = (S, *o_strides[:3], chunk_meta, unit_meta, S, S, S, S)
     common = dict(K=dim_k, V=dim_v, C=CHUNK, BV=BLOCK_V)
-    walk_kind = dict(PAGED=state_cache is not None, DENSE_OUT=final_shape is not None, DOT=dot_tl)
-    if cps == 0:
-        walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
-            *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
-            dict(common, SEGMENTED=False, INIT=init_mode, **walk_kind), configs.walk.options)
-    else:
+    if cps:
         buffers.update(transition=_layout((nu, heads, dim_k, dim_k + dim_v), torch.float32),
                        segment_state=_layout((nu, heads, dim_k, dim_v), torch.float32))
         transition = _launch.Bound(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
@@ -483,9 +471,11 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             seg_off_t, S, S, *state_args, *cache_args, heads),
             dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=precision),
             configs.scan.options)
-        walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
-            *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
-            dict(common, SEGMENTED=True, INIT=_chunk.INIT_ZERO, **walk_kind), configs.walk.options)
+    # The walk starts each unit from its state: pass B's segment states (segmented), else the initial.
+    walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+        *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
+        dict(common, SEGMENTED=bool(cps), INIT=_chunk.INIT_ZERO if cps else init_mode, PAGED=state_cache is not None,
+             DENSE_OUT=final_shape is not None, DOT=dot_tl), configs.walk.options)
     offsets = None
     if checked and cu_seqlens is not None and cu_seqlens_cpu is not None:
         offsets = (*(bos for bos, _ in bounds), seq_len)

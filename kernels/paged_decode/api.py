@@ -112,11 +112,6 @@ def _scale_tensor(value, device) -> torch.Tensor:
     return torch.full((1,), 1.0 if value is None else float(value), dtype=torch.float32, device=device)
 
 
-def _other_key(t):
-    """The signature key of an argument that is not a tensor (a tensor's: dtype, shape, strides, device)."""
-    return type(t), t if t is None or isinstance(t, (int, float, str)) else id(t)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Call:
     """What the checks of one argument signature found, and what the launch needs from them."""
@@ -196,8 +191,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     if validate is not None and validate is not True and validate is not False:
         _arch.data_checks(validate)  # raises, naming the argument
     tensors = (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)
-    key = (*[(t.dtype, t.shape, t.stride(), t.device) if isinstance(t, torch.Tensor) else _other_key(t)
-             for t in tensors],
+    key = (*map(_launch.signature, tensors),
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
            type(partition_size), partition_size, type(force_split), force_split, type(workspace), validate,
            _arch.planned_target(), *_plan_env(),
