@@ -131,6 +131,11 @@ DECODE_REGRESSIONS = (
                "a head size of 192 runs in 256-wide tiles; unmasked, the padding dims read the next "
                "head's query and write over the next head's output",
                case=_decode(d=192, hq=8, hkv=2, q=2, lens=(70, 20), layout="plain", tag="d192pad")),
+    Regression("dim-slices-overlap",
+               "a head of 1024 dims runs as dim slices (two on the CPU, four on sm90 and eight on AMD); "
+               "slices that all weigh and write the first slice's dims leave the rest of the output and of "
+               "the split's accumulator unwritten",
+               case=_decode(d=1024, hq=8, hkv=2, lens=(70, 33), path="split", tag="dimslices")),
 )
 
 

@@ -412,6 +412,24 @@ def test_an_entry_call_without_a_partition_size_takes_the_launch_tables():
     assert [one.grid[2] for one in partition] == [plan.n_part]
 
 
+def test_wide_heads_run_as_dim_slices_of_the_tables_width():
+    """D 1024 on sm90 takes 256-dim slices: four programs per (kv head, row tile), each weighing a
+    256-dim slice of V (DV); D 256 stays whole (red without the slices in the grid or in DV)."""
+    from kernels import launch
+
+    grids = {}
+    for d in (256, 1024):
+        case = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, d, 0, (300, 90), 1, "shuffled", "split")
+        meta = decode_cases.build_meta(case)
+        with arch.planned("sm90", 132), launch.recorded() as calls:
+            paged_attention_decode(meta.out, meta.query, meta.key_cache, meta.value_cache, meta.block_tables,
+                                   meta.seq_lens, meta.scale, meta.k_scale, meta.v_scale, 0, force_split=True)
+        partition = next(one for one in calls if one.fn.__name__ == "decode_partition_kernel")
+        reduce = next(one for one in calls if one.fn.__name__ == "decode_reduce_kernel")
+        grids[d] = (partition.grid[1], reduce.grid[1], partition.constexprs["DV"])
+    assert grids == {256: (2, 2, 256), 1024: (8, 2, 256)}
+
+
 def test_the_reduce_folds_blocks_within_the_tables_size():
     """sm90's reduce: 32 dims a program and a [partitions, rows, dims] block of at most 4096 elements
     a step, never more partitions than there are (1 x 8192 / 4096: 17 of 16 rows, 8 a step; 64 x

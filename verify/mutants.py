@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import sys
 import tempfile
+import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,29 @@ _KDA = "kernels.kda.api"
 # The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
 _KS_LOAD = ("        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot\n"
             "        ks = tl.load(k_scale_ptr + ks_off[:, None] + lanes[None, :] * ks_slot, mask=page_ok[:, None])\n")
+
+# The one-slice score product, and the sliced one that follows it (k-scale-folded-fp16 replaces both).
+_K_DOT = ("        if KEYS_M:\n"
+          "            s = tl.dot(k, q)  # [keys, rows]\n"
+          "        else:\n"
+          "            s = tl.dot(q, tl.trans(k))  # [rows, keys]\n")
+_SLICED_SCORES = ("    else:\n"
+                  "        if KEYS_M:\n"
+                  "            s = tl.zeros([BLOCK_N, q.shape[0]], tl.float32)\n"
+                  "        else:\n"
+                  "            s = tl.zeros([q.shape[0], BLOCK_N], tl.float32)\n"
+                  "        for c in tl.static_range(D // DV):\n"
+                  "            cols = c * DV + tl.arange(0, DV)\n"
+                  "            k = tl.load(k_ptr + k_row + key_dims(cols, k_dhi, k_dlo, K_DX)[None, None, :], "
+                  "mask=page_ok[:, None, None])\n"
+                  "            k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, DV])\n"
+                  "            q_c = load_query(q_ptr, q, row_ok, c * DV, DV, KA)\n"
+                  "            if DOT == tl.float16:\n"
+                  "                q_c = q_c * tl.expand_dims(q_shift, KA)\n"
+                  "            if KEYS_M:\n"
+                  "                s += tl.dot(k, q_c.to(DOT))\n"
+                  "            else:\n"
+                  "                s += tl.dot(q_c.to(DOT), tl.trans(k))\n")
 
 MUTANTS = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
@@ -92,7 +116,7 @@ MUTANTS = (
            "    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)\n"
            "    value = tl.where((b & 0x78) == 0, 0.0, value)\n"),
     Mutant("row-tiles-ignored", "kernels.paged_decode.partition", _API, "_partition",
-           "rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)", "rows = tl.arange(0, M_PAD)"),
+           "rows = (head_tile % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)", "rows = tl.arange(0, M_PAD)"),
     Mutant("reduce-over-kv-heads-only", _API, "kernels.paged_decode", "paged_attention_decode",
            "_launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, ",
            "_launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, num_kv_heads, ",
@@ -110,24 +134,18 @@ MUTANTS = (
     Mutant("cache-through-fp16", "kernels.paged_decode.partition", _API, "_partition",
            "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)"),
     Mutant("k-scale-folded-fp16", "kernels.paged_decode.partition", _API, "_partition",
-           "    k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])\n"
-           "    if KEYS_M:\n"
-           "        s = tl.dot(k, q)  # [keys, rows]\n"
-           "    else:\n"
-           "        s = tl.dot(q, tl.trans(k))  # [rows, keys]\n"
+           "        k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])\n" + _K_DOT + _SLICED_SCORES +
            "    s = s * tl.expand_dims(qk_scale, KA)\n"
            "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
            "        s = s * tl.expand_dims(tl.reshape(ks, [BLOCK_N]), RA)\n",
-           "    if PER_TOKEN_SCALE:\n" + _KS_LOAD +
-           "        k = tl.reshape(to_f32(k, FP8_MODE) * ks[:, :, None], [BLOCK_N, D]).to(tl.float16)\n"
-           "        q = q.to(tl.float32).to(tl.float16)\n"
-           "    else:\n"
-           "        k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])\n"
-           "    if KEYS_M:\n"
-           "        s = tl.dot(k, q)\n"
-           "    else:\n"
-           "        s = tl.dot(q, tl.trans(k))\n"
+           "        if PER_TOKEN_SCALE:\n" + textwrap.indent(_KS_LOAD, "    ") +
+           "            k = tl.reshape(to_f32(k, FP8_MODE) * ks[:, :, None], [BLOCK_N, D]).to(tl.float16)\n"
+           "            q = q.to(tl.float32).to(tl.float16)\n"
+           "        else:\n"
+           "            k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])\n" + _K_DOT +
            "    s = s * tl.expand_dims(qk_scale, KA)\n"),
+    Mutant("dim-slices-overlap", "kernels.paged_decode.partition", _API, "_partition",
+           "dim_lo = (head_tile % SLICES) * DV", "dim_lo = (head_tile % SLICES) * 0"),
     # A shift of 1 leaves the query as it comes, and its undoing a no-op.
     Mutant("fp16-query-unscaled", "kernels.paged_decode.partition", _API, "_partition",
            "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)",

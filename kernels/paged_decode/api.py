@@ -240,16 +240,17 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     rows = call.group * call.num_q
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     launch = plan.launch
-    programs = num_kv_heads * plan.row_tiles  # grid axis 1: (kv head, row tile)
+    programs = num_kv_heads * plan.row_tiles  # the reduce's grid axis 1: (kv head, row tile)
     tile = dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
                 D=_plan.pow2_at_least(head_dim), D_REAL=head_dim)
-    partition = _launch.Bound(_partition.decode_partition_kernel, (num_seqs, programs, plan.n_part), (
+    partition = _launch.Bound(_partition.decode_partition_kernel,  # axis 1: (kv head, row tile, dim slice)
+                              (num_seqs, programs * plan.dim_slices, plan.n_part), (
         *_launch.slots(11), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
         *call.strides,
         kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
         vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
         *call.ks_st, *call.vs_st, *ws_strides),
-        dict(**tile, BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
+        dict(**tile, DV=tile["D"] // plan.dim_slices, BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
              # keys that share a cache block and sit one stride apart in both caches
              CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
              V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],

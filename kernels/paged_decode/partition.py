@@ -33,6 +33,13 @@ query token) to 8 instead of 16 and halves the MMAs and the accumulator.
 The same arithmetic either way; only the axes the softmax reduces over and
 broadcasts along change (KA, RA in the code).
 
+A wide head may run as D // DV dim slices (DV a constexpr of the launch table): the
+slice's programs all score the whole head (q . k over every dim, the same
+scores, maxima and sums bit for bit), and each weighs and writes only the DV
+dims [slice * DV, (slice + 1) * DV) of V and of the output, so its accumulator
+is [rows, DV]. Grid axis 1 then numbers (h, tile, slice) as
+(h * ROW_TILES + tile) * (D // DV) + slice. DV < D needs D_REAL = D.
+
 SPLIT = False: one partition; the program writes out = acc / l (0 where l = 0).
 SPLIT = True : the program writes m and l of every row, and acc only when its
 partition holds a key; the reduce kernel merges the partitions.
@@ -169,21 +176,42 @@ def weigh(p, v, KEYS_M: tl.constexpr):
 
 
 @triton.jit
-def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi,
-                num_blocks, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
-                v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot,
-                D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                CHUNK: tl.constexpr, V_SX: tl.constexpr, FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr,
-                DOT: tl.constexpr, KEYS_M: tl.constexpr, TAIL: tl.constexpr):
+def key_dims(cols, k_dhi, k_dlo, K_DX: tl.constexpr):
+    """The offsets of key dims `cols` within a key (the cache's split of D into D // K_DX blocks)."""
+    return (cols // K_DX) * k_dhi + (cols % K_DX) * k_dlo
+
+
+@triton.jit
+def load_query(q_ptr, q_rows, row_ok, lo, WIDTH: tl.constexpr, KA: tl.constexpr):
+    """Query dims [lo, lo + WIDTH) of the tile's rows in fp32 ([M_PAD, WIDTH], or [WIDTH, M_PAD]
+    with KA = 0); q_rows are the rows' offsets in q_ptr, rows that do not exist read 0."""
+    RA: tl.constexpr = 1 - KA
+    off = tl.expand_dims(q_rows, KA) + tl.expand_dims(lo + tl.arange(0, WIDTH), RA)
+    return tl.load(q_ptr + off, mask=tl.expand_dims(row_ok, KA), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi,
+                table_hi, row_ok, num_blocks, q_ptr, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk,
+                k_head, k_slo, k_dhi, k_dlo, v_blk, v_head, v_dim_off, v_shi, v_slo, ks_blk, ks_head, ks_slot,
+                vs_blk, vs_head, vs_slot,
+                D: tl.constexpr, D_REAL: tl.constexpr, DV: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, K_DX: tl.constexpr, V_SX: tl.constexpr,
+                FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr, KEYS_M: tl.constexpr,
+                TAIL: tl.constexpr):
     """Fold keys [start, start + BLOCK_N) into the online softmax state (acc, m_i, l_i).
 
     The tile is BLOCK_N // CHUNK chunks of CHUNK keys; a chunk never crosses a cache block, so
     its block id is read once and its keys sit one stride apart (the vector axis of the loads).
     TAIL: the tile reaches past the sequence end, where unused slots may hold NaN bytes.
-    D is the tile's width, a power of two; see head_dims for a head size D_REAL below it.
-    KEYS_M: q is [D, M_PAD] and acc [D, M_PAD], scores [keys, rows]; else q and acc are
-    [M_PAD, D], scores [rows, keys] (module docstring). KA is the axis of the keys in the scores
-    (and of the dims in acc), RA that of the rows.
+    D is the tile's width, a power of two (head_dims: for a head size D_REAL below it);
+    v_dim_off are the offsets in a value of the DV dims the program weighs. KEYS_M: acc is
+    [DV, M_PAD], scores [keys, rows]; else acc is [M_PAD, DV], scores [rows, keys] (module
+    docstring). KA is the axis of the keys in the scores (and of the dims in acc), RA that of
+    the rows. With one slice (DV = D) q is the query tile in DOT, scaled by q_shift already
+    ([D, M_PAD] with KEYS_M, else [M_PAD, D]); with slices, q holds the rows' offsets in q_ptr
+    and the scores sum over the head DV dims at a time, each slice of q and K read where it
+    is multiplied (a whole wide head in registers spills).
     """
     KA: tl.constexpr = 1 - KEYS_M
     RA: tl.constexpr = 1 - KA
@@ -199,13 +227,31 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     slot = tl.multiple_of(first % BLOCK_SIZE, CHUNK)  # tiles start on chunk boundaries
 
     k_base = page * k_blk + kvh * k_head + slot * k_slo
-    k_off = k_base[:, None, None] + lanes[None, :, None] * k_slo + k_dim_off[None, None, :]
-    k = tl.load(k_ptr + k_off, mask=page_ok[:, None, None])
-    k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])
-    if KEYS_M:
-        s = tl.dot(k, q)  # [keys, rows]
+    k_row = k_base[:, None, None] + lanes[None, :, None] * k_slo
+    if DV == D:
+        k = tl.load(k_ptr + k_row + key_dims(head_dims(D, D_REAL), k_dhi, k_dlo, K_DX)[None, None, :],
+                    mask=page_ok[:, None, None])
+        k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, D])
+        if KEYS_M:
+            s = tl.dot(k, q)  # [keys, rows]
+        else:
+            s = tl.dot(q, tl.trans(k))  # [rows, keys]
     else:
-        s = tl.dot(q, tl.trans(k))  # [rows, keys]
+        if KEYS_M:
+            s = tl.zeros([BLOCK_N, q.shape[0]], tl.float32)
+        else:
+            s = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
+        for c in tl.static_range(D // DV):
+            cols = c * DV + tl.arange(0, DV)
+            k = tl.load(k_ptr + k_row + key_dims(cols, k_dhi, k_dlo, K_DX)[None, None, :], mask=page_ok[:, None, None])
+            k = tl.reshape(to_dot(k, FP8_MODE, DOT), [BLOCK_N, DV])
+            q_c = load_query(q_ptr, q, row_ok, c * DV, DV, KA)
+            if DOT == tl.float16:
+                q_c = q_c * tl.expand_dims(q_shift, KA)
+            if KEYS_M:
+                s += tl.dot(k, q_c.to(DOT))
+            else:
+                s += tl.dot(q_c.to(DOT), tl.trans(k))
     s = s * tl.expand_dims(qk_scale, KA)
     if PER_TOKEN_SCALE:
         ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot
@@ -222,13 +268,12 @@ def attend_tile(acc, m_i, l_i, q, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_
     l_i = l_i * alpha + tl.sum(p, axis=KA)
 
     v_base = page * v_blk + kvh * v_head + (slot // V_SX) * v_shi + (slot % V_SX) * v_slo
-    v_dims = head_dims(D, D_REAL) * v_dlo
     if KEYS_M:  # V^T: [dims, keys]
-        v_off = v_base[None, :, None] + lanes[None, None, :] * v_slo + v_dims[:, None, None]
-        v = tl.reshape(to_dot(tl.load(v_ptr + v_off, mask=page_ok[None, :, None]), FP8_MODE, DOT), [D, BLOCK_N])
+        v_off = v_base[None, :, None] + lanes[None, None, :] * v_slo + v_dim_off[:, None, None]
+        v = tl.reshape(to_dot(tl.load(v_ptr + v_off, mask=page_ok[None, :, None]), FP8_MODE, DOT), [DV, BLOCK_N])
     else:
-        v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + v_dims[None, None, :]
-        v = tl.reshape(to_dot(tl.load(v_ptr + v_off, mask=page_ok[:, None, None]), FP8_MODE, DOT), [BLOCK_N, D])
+        v_off = v_base[:, None, None] + lanes[None, :, None] * v_slo + v_dim_off[None, None, :]
+        v = tl.reshape(to_dot(tl.load(v_ptr + v_off, mask=page_ok[:, None, None]), FP8_MODE, DOT), [BLOCK_N, DV])
     if TAIL:
         # Unused slots past the sequence end may hold NaN bytes: their p is 0, but 0 * NaN is NaN.
         v = tl.where(tl.expand_dims(keys, KA) < kv_hi, v, 0.0)
@@ -271,20 +316,26 @@ def decode_partition_kernel(
     vs_blk, vs_head, vs_slot,
     ws_seq, ws_head, ws_part,
     G: tl.constexpr, Q: tl.constexpr, M_PAD: tl.constexpr, ROW_TILES: tl.constexpr,
-    D: tl.constexpr, D_REAL: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
-    K_DX: tl.constexpr, V_SX: tl.constexpr,
+    D: tl.constexpr, D_REAL: tl.constexpr, DV: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    CHUNK: tl.constexpr, K_DX: tl.constexpr, V_SX: tl.constexpr,
     FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr, KEYS_M: tl.constexpr,
     SPLIT: tl.constexpr,
 ):
     seq = tl.program_id(0)
-    kvh = tl.program_id(1) // ROW_TILES
+    head_tile = tl.program_id(1)
     part = tl.program_id(2)
+    SLICES: tl.constexpr = D // DV
+    tl.static_assert(SLICES * DV == D and (SLICES == 1 or D_REAL == D), "DV: a power of two up to D; D_REAL = D")
+    if SLICES > 1:
+        dim_lo = (head_tile % SLICES) * DV
+        head_tile = head_tile // SLICES
+    kvh = head_tile // ROW_TILES
     LOG2E: tl.constexpr = 1.4426950408889634
     KA: tl.constexpr = 1 - KEYS_M  # the axis of the dims in q and acc (attend_tile)
     RA: tl.constexpr = 1 - KA  # the axis of the rows
 
     seq_len = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + seq).to(tl.int32), 0), table_keys)
-    rows = (tl.program_id(1) % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)
+    rows = (head_tile % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)
     row_ok = rows < G * Q
     tok = rows // G
     head = kvh * G + rows % G
@@ -292,6 +343,14 @@ def decode_partition_kernel(
     cell_ok = tl.expand_dims(row_ok, KA)  # the rows and dims that exist
     if D_REAL != D:
         cell_ok = cell_ok & tl.expand_dims(dims < D_REAL, RA)
+    if SLICES > 1:  # the dims this program weighs and writes, and the cells of them that exist
+        out_dims = dim_lo + tl.arange(0, DV)
+        out_ok = tl.expand_dims(row_ok, KA)
+        v_cols = out_dims
+    else:
+        out_dims = dims
+        out_ok = cell_ok
+        v_cols = head_dims(D, D_REAL)
 
     # Keys each row sees: [row_lo, row_hi).
     row_hi = tl.maximum(seq_len - Q + 1 + tok, 0)
@@ -305,41 +364,50 @@ def decode_partition_kernel(
     part_lo = (kv_lo // BLOCK_SIZE) * BLOCK_SIZE + part * part_size
     part_hi = tl.minimum(part_lo + part_size, kv_hi)
 
-    q_off = seq.to(tl.int64) * s_qi + tl.expand_dims(tok * s_qp + head * s_qh, KA) + tl.expand_dims(dims, RA)
-    q = tl.load(q_ptr + q_off, mask=cell_ok, other=0.0).to(tl.float32)
     if PER_TOKEN_SCALE:
         qk_scale = tl.full([M_PAD], scale * LOG2E, tl.float32)
     else:
         qk_scale = tl.full([M_PAD], scale * LOG2E * tl.load(k_scale_ptr).to(tl.float32), tl.float32)
-    if DOT == tl.float16:
-        q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)
-        q = q * tl.expand_dims(q_shift, KA)
-        qk_scale = qk_scale / q_shift * f16_shift(FP8_MODE, DOT)
-    q = q.to(DOT)
+    q_rows = seq.to(tl.int64) * s_qi + tok * s_qp + head * s_qh
+    q_shift = tl.full([M_PAD], 1.0, tl.float32)  # the power of two the query's rows are scaled by (fp16)
+    if SLICES > 1:  # the query is read a slice at a time where it is scored (attend_tile)
+        q = q_rows
+        if DOT == tl.float16:
+            q_max = tl.zeros([M_PAD], tl.float32)
+            for c in tl.static_range(SLICES):
+                q_max = tl.maximum(q_max, tl.max(tl.abs(load_query(q_ptr, q_rows, row_ok, c * DV, DV, KA)), axis=KA))
+            q_shift = pow2_into(q_max, 15)
+            qk_scale = qk_scale / q_shift * f16_shift(FP8_MODE, DOT)
+    else:
+        q_off = tl.expand_dims(q_rows, KA) + tl.expand_dims(dims, RA)
+        q = tl.load(q_ptr + q_off, mask=cell_ok, other=0.0).to(tl.float32)
+        if DOT == tl.float16:
+            q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)
+            q = q * tl.expand_dims(q_shift, KA)
+            qk_scale = qk_scale / q_shift * f16_shift(FP8_MODE, DOT)
+        q = q.to(DOT)
 
     m_i = tl.full([M_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([M_PAD], tl.float32)
     if KEYS_M:
-        acc = tl.zeros([D, M_PAD], tl.float32)
+        acc = tl.zeros([DV, M_PAD], tl.float32)
     else:
-        acc = tl.zeros([M_PAD, D], tl.float32)
-    cols = head_dims(D, D_REAL)
-    k_dim_off = (cols // K_DX) * k_dhi + (cols % K_DX) * k_dlo
+        acc = tl.zeros([M_PAD, DV], tl.float32)
 
     # Tiles that end at or before the sequence end; then at most one tail tile.
     table_hi = ((kv_hi + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
     body_hi = tl.minimum(part_hi, kv_hi - BLOCK_N + 1)
-    args = (seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi, num_blocks,
-            k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dim_off,
-            v_blk, v_head, v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot)
+    args = (seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi, row_ok, num_blocks,
+            q_ptr, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dhi, k_dlo,
+            v_blk, v_head, v_cols * v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot)
     for start in range(part_lo, body_hi, BLOCK_N):
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, start, *args, D=D, D_REAL=D_REAL, BLOCK_SIZE=BLOCK_SIZE,
-                                    BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, *args, D=D, D_REAL=D_REAL, DV=DV,
+                                    BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CHUNK=CHUNK, K_DX=K_DX, V_SX=V_SX, FP8_MODE=FP8_MODE,
                                     PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, KEYS_M=KEYS_M, TAIL=False)
     tail = part_lo + tl.maximum(tl.cdiv(body_hi - part_lo, BLOCK_N), 0) * BLOCK_N
     if tail < part_hi:
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, qk_scale, tail, *args, D=D, D_REAL=D_REAL, BLOCK_SIZE=BLOCK_SIZE,
-                                    BLOCK_N=BLOCK_N, CHUNK=CHUNK, V_SX=V_SX, FP8_MODE=FP8_MODE,
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, tail, *args, D=D, D_REAL=D_REAL, DV=DV,
+                                    BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CHUNK=CHUNK, K_DX=K_DX, V_SX=V_SX, FP8_MODE=FP8_MODE,
                                     PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, KEYS_M=KEYS_M, TAIL=True)
 
     if not PER_TOKEN_SCALE:
@@ -347,13 +415,16 @@ def decode_partition_kernel(
 
     if SPLIT:
         ws = seq.to(tl.int64) * ws_seq + kvh * ws_head + part * ws_part
-        tl.store(m_ws_ptr + ws + rows, m_i, mask=row_ok)
-        tl.store(l_ws_ptr + ws + rows, l_i, mask=row_ok)
+        ml_ok = row_ok
+        if SLICES > 1:  # every slice holds the same m and l: the first one writes them
+            ml_ok = ml_ok & (rows * 0 + dim_lo == 0)
+        tl.store(m_ws_ptr + ws + rows, m_i, mask=ml_ok)
+        tl.store(l_ws_ptr + ws + rows, l_i, mask=ml_ok)
         if part_lo < part_hi:
-            acc_off = tl.expand_dims(ws + rows, KA) * D_REAL + tl.expand_dims(dims, RA)
-            tl.store(acc_ws_ptr + acc_off, acc, mask=cell_ok)
+            acc_off = tl.expand_dims(ws + rows, KA) * D_REAL + tl.expand_dims(out_dims, RA)
+            tl.store(acc_ws_ptr + acc_off, acc, mask=out_ok)
     else:
         l_at = tl.expand_dims(l_i, KA)
         out = tl.where(l_at > 0, acc / tl.where(l_at > 0, l_at, 1.0), 0.0)
-        o_off = seq.to(tl.int64) * s_oi + tl.expand_dims(tok * s_op + head * s_oh, KA) + tl.expand_dims(dims, RA)
-        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=cell_ok)
+        o_off = seq.to(tl.int64) * s_oi + tl.expand_dims(tok * s_op + head * s_oh, KA) + tl.expand_dims(out_dims, RA)
+        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=out_ok)

@@ -25,6 +25,8 @@ attends. The split spreads that walk over partitions when it pays:
   CUs idle, the tiles shrink to the rows of fewer query positions (down to the
   fewest rows a tile holds, or the G rows of one position), so one sequence's
   query positions spread over more programs;
+- a head wider than the launch config's `slice_dims` runs as slices of that
+  many dims (each its own program, scoring the whole head), counted in the grid;
 - the launch config (`kernels.paged_decode.tuning`) is chosen by head size,
   rows a program, cache element size and the keys each CU walks, and, for a
   one-pass launch, the programs per CU its grid holds (a split makes its own);
@@ -44,8 +46,9 @@ LONG_WALK_PARTS = 8
 class DecodePlan:
     """split: run partition + reduce; n_part partitions of part_size keys;
     p2: the workspace's partition dim (next power of two of n_part); the G * Q query rows of a
-    kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split); launch: the
-    partition kernel's launch config; the reduce (split only, else 0): a program takes
+    kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split), each as
+    dim_slices programs of dims // dim_slices output dims; launch: the partition kernel's launch
+    config; the reduce (split only, else 0): a program takes
     reduce_dims dims and folds reduce_unroll partitions a step."""
 
     split: bool
@@ -57,6 +60,7 @@ class DecodePlan:
     launch: tuning.LaunchConfig
     reduce_dims: int = 0
     reduce_unroll: int = 0
+    dim_slices: int = 1
 
 
 def split_archs() -> tuple[str, ...]:
@@ -85,6 +89,12 @@ def tile_rows(head_dim: int) -> int:
     """The most query rows a program holds at head size D: TILE_ROWS up to D 256, then fewer, so
     that its fp32 accumulator [rows, D] stays at 64 x 256 elements (32 rows at D 512, 16 at 1024)."""
     return TILE_ROWS if head_dim <= 256 else max(16, TILE_ROWS * 256 // head_dim)
+
+
+def slices(head_dim: int, launch: tuning.LaunchConfig) -> int:
+    """The dim slices a head of size head_dim runs as with launch config `launch` (1: whole)."""
+    width = pow2_at_least(head_dim)
+    return width // launch.slice_dims if launch.slice_dims and launch.slice_dims < width else 1
 
 
 def row_tiles(rows: int, head_dim: int, least: int = LEAST_ROWS) -> tuple[int, int]:
@@ -121,7 +131,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
         partition_size = max(block_size, launch.partition_size or tuning.PARTITION_SIZE)
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
-    grid = max(num_seqs * num_kv_heads * tiles, 1)
+    grid = max(num_seqs * num_kv_heads * tiles * slices(head_dim, launch), 1)
     split = force_split is not False
     if force_split is None:
         wanted = grid < cu or n_full >= LONG_WALK_PARTS or grid < launch.min_programs * cu
@@ -130,7 +140,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
         if grid < launch.min_programs * cu:  # a one-pass launch has only its grid to spread the keys
             m_pad, tiles, launch = tiled(grid / max(cu, 1))
         return DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1,
-                          m_pad=m_pad, row_tiles=tiles, launch=launch)
+                          m_pad=m_pad, row_tiles=tiles, launch=launch, dim_slices=slices(head_dim, launch))
     n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch) * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
     table = tuning.tuning(arch)
@@ -139,4 +149,5 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     fits = max(1, table.reduce_block // (m_pad * dims))
     unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
-                      row_tiles=tiles, launch=launch, reduce_dims=dims, reduce_unroll=unroll)
+                      row_tiles=tiles, launch=launch, reduce_dims=dims, reduce_unroll=unroll,
+                      dim_slices=slices(head_dim, launch))

@@ -42,7 +42,8 @@ to 16 rows): 16 keys there take 132 to 238. Four warps took 266 to 290 VGPRs
 on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to 632 on gfx1250
 (64 rows): eight warps take 188 to 216 and 440 to 442. waves_per_eu=2 is not
 set: it made the compiler spill specializations that fit 256 VGPRs without
-it.
+it. Heads of 512 and 1024 dims run as dim slices on every arch (the note
+above `_SLICED`).
 """
 
 from dataclasses import dataclass
@@ -60,7 +61,9 @@ class LaunchConfig:
     the MMA's M (module docstring); programs_per_cu: what a split aims for (None: the arch's);
     min_programs: the fewest programs per CU a one-pass launch of the row needs (the auto path
     splits below it); partition_size: the keys a split partition takes where the caller leaves
-    it to the table (None: PARTITION_SIZE)."""
+    it to the table (None: PARTITION_SIZE); slice_dims: the dims of V and of the output a program
+    weighs where the head is wider (a power of two; the head runs as that many slices, each
+    scoring the whole head; None: the whole head)."""
 
     max_head_dim: int
     block_n: int
@@ -76,6 +79,7 @@ class LaunchConfig:
     programs_per_cu: int | None = None
     min_programs: float = 0.0
     partition_size: int | None = None
+    slice_dims: int | None = None
 
     def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf")) -> bool:
         """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
@@ -118,7 +122,7 @@ _SM90_CAP = ("a cap of 168 registers (12 one-warp programs an SM) leaves a stack
              "loop; 1.0 to 1.1x faster than no cap on the H200 (bench/NOTES.md)")
 _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with the stack they take: 255 "
                 "registers and 64 to 250 bytes (bf16 caches, D 192 and 256 with bit-decoded e4m3fnuz or per-tensor "
-                "scales), 1.5 KB at D 512; each row was faster than the rows-as-M one it replaced where timed")
+                "scales); each row was faster than the rows-as-M one it replaced where timed")
 # Keys each CU walks from which a one-warp row with 256-key partitions pays on sm90: 8 x 8192 / window 4096
 # (1986) gains; 32 x 590 (1144) gains less than with 128-key ones (_HALF). bench/NOTES.md. The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
 # _FULL is where it starts, fewer keys are not measured.
@@ -131,10 +135,18 @@ _ONE_PASS = 3.0
 # 27.1 us against 30.7 with 256 and 33.5 for four warps one-pass; at 8 x 8192 (1986) 256 stays ahead (39.8
 # against 42.2 with 128). bench/NOTES.md.
 _HALF = 1024
-_WIDE = ("D 512 and 1024 (fewer query rows a program, plan.tile_rows) are not timed anywhere yet: the "
-         "smallest step, 8 warps and one stage. They spill: at D 1024 (16 rows, per-token fp8) sm90 takes 255 "
-         "registers and a 632-byte stack, gfx942 256 VGPRs and 248 spilled; a bench row on the device picks "
-         "the rows, and the tile may then split D")
+# Heads of 512 and 1024 dims run as dim slices (LaunchConfig.slice_dims): each program scores the whole
+# head a slice at a time and weighs one slice of V. sm90, `python -m bench.decode --sweep -k 16x8192` on the
+# H200 (bench/NOTES.md): 32 keys, two warps, keys as M, 256-dim slices took 1541.5 us at D 512 (bf16 cache,
+# MTP 4, GQA 16) and 1321.8 us at D 1024 (fp8), against 1815.6 and 1887.1 for the whole-head rows before
+# (two warps keys as M; eight warps); eight warps with slices lost (3584.1 and 5158.5). AMD (compile only,
+# `quantfloor compile`): the whole head spilled 36 to 287 VGPRs at eight warps (a [16, 1024] product is held
+# whole by every warp); four warps of 16 keys and 128-dim slices compile without a spill on all three
+# targets, at 1 to 2 waves per SIMD (gfx942 268 to 275 VGPRs at D 1024: one wave).
+_SLICED = LaunchConfig(1024, 16, 4, 1, slice_dims=128)
+_SM90_SLICED = ("chosen by time on the H200 with the stack it takes: 253 to 255 registers and up to 216 bytes at "
+                "D 1024, 2.2 KB at D 512 with a bf16 cache; 1.18x and 1.43x faster there than the whole-head rows "
+                "it replaced, which spilled as well (a 320 to 424 byte stack at D 1024)")
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_FULL,
                                           keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
@@ -148,28 +160,28 @@ TABLES = {
                              LaunchConfig(256, 32, 2, 3, max_rows=8, max_elem=1, min_work=_FULL // 2, keys_m=True,
                                           programs_per_cu=4, spills=_SM90_KEYS_M),
                              LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS),
-                             LaunchConfig(512, 16, 2, 1, max_rows=32, max_elem=2, min_work=_FULL, keys_m=True,
-                                          programs_per_cu=4, spills=_SM90_KEYS_M),
-                             LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
+                             LaunchConfig(1024, 32, 2, 2, keys_m=True, slice_dims=256, spills=_SM90_SLICED)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
     "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(128, 32, 4, 2, max_rows=16),
                                LaunchConfig(256, 16, 4, 2, max_rows=16),
                                LaunchConfig(128, 32, 4, 2, max_rows=32), LaunchConfig(256, 16, 4, 2, max_rows=32),
                                LaunchConfig(128, 32, 8, 2), LaunchConfig(256, 16, 8, 2),
-                               LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
+                               _SLICED),
                          split=False, programs_per_cu=2),
     "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 8, 2),
-                               LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
+                               _SLICED),
                          split=True, programs_per_cu=2),
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                                LaunchConfig(256, 16, 8, 2), LaunchConfig(1024, 16, 8, 1, spills=_WIDE)),
+                                LaunchConfig(256, 16, 8, 2), _SLICED),
                           split=False, programs_per_cu=2),
     # the interpreter pays per program: the reduce takes whole heads there (the split suite of the CPU tier
-    # took 370 s with 32-dim programs, 171 s with whole heads before)
-    "cpu": ArchTuning(rows=(LaunchConfig(1024, 256, 4, 1, max_rows=8, keys_m=True), LaunchConfig(1024, 256, 4, 1)),
+    # took 370 s with 32-dim programs, 171 s with whole heads before); D 1024 runs as two slices, so the CPU
+    # tier checks the sliced code (its D 1024 cases took 103 s whole, 190 s as four slices)
+    "cpu": ArchTuning(rows=(LaunchConfig(1024, 256, 4, 1, max_rows=8, keys_m=True, slice_dims=512),
+                            LaunchConfig(1024, 256, 4, 1, slice_dims=512)),
                       split=False, programs_per_cu=2, fp8_dot="fp16", reduce_dims=1024),
 }
-DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2), LaunchConfig(1024, 16, 8, 1)),
+DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2), _SLICED),
                      split=False, programs_per_cu=2)
 
 
