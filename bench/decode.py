@@ -18,8 +18,9 @@ enough copies to be several times the L2, so no path is timed out of cache.
 timed in the same interleaved rounds, with the ratio auto / baseline and the largest
 difference between the two outputs on the first input set.
 
---sweep times every launch config of SWEEP on the SWEEP_SHAPES (auto path)
-and prints the fastest per head size: how the rows of
+--sweep times every launch config of SWEEP on the SWEEP_SHAPES, and of
+WIDE_SWEEP on the WIDE_SHAPES (auto path; -k keeps the shapes whose name holds
+every word), and marks the fastest per shape: how the rows of
 `kernels.paged_decode.tuning` were chosen. --png writes the roofline
 picture (needs matplotlib, the `plot` extra).
 """
@@ -115,6 +116,14 @@ SWEEP = ([tuning.LaunchConfig(256, 128, 4, 2), tuning.LaunchConfig(256, 64, 4, 2
          + [tuning.LaunchConfig(256, bn, warps, st, reg, keys_m=True, programs_per_cu=ppc)
             for bn, warps, st, reg, ppc in ((32, 1, 4, 168, 12), (32, 1, 3, None, 8), (16, 1, 4, None, 8),
                                             (64, 2, 2, 168, 6), (32, 2, 3, None, 4), (16, 2, 1, None, 4))])
+# Heads of 512 and 1024 dims: the untimed rows they had (keys as M on two warps; eight warps with the whole
+# head), and the head cut into dim slices (tuning.LaunchConfig.slice_dims) of 128 or 256 dims.
+WIDE_SHAPES = [SHAPES[11], SHAPES[12]]
+WIDE_SWEEP = ([tuning.LaunchConfig(1024, 16, 2, 1, keys_m=True, programs_per_cu=4), tuning.LaunchConfig(1024, 16, 8, 1)]
+              + [tuning.LaunchConfig(1024, bn, warps, st, keys_m=km, slice_dims=dv)
+                 for bn, warps, st, km, dv in ((16, 8, 1, False, 256), (16, 4, 1, False, 128), (16, 4, 2, False, 128),
+                                               (32, 4, 2, False, 128), (16, 2, 2, True, 128), (16, 1, 2, True, 128),
+                                               (32, 2, 2, True, 256))])
 
 
 def _input_sets(shape: Shape, device) -> list:
@@ -226,18 +235,21 @@ def _print_row(row: dict) -> None:
           + (f"  baseline refused it: {row['baseline_refused']}" if "baseline_refused" in row else ""), flush=True)
 
 
-def sweep(device, rounds: int) -> list:
-    """Time every config of SWEEP on SWEEP_SHAPES through the auto path; {shape, config, us} rows."""
+def sweep(device, rounds: int, words: tuple = ()) -> list:
+    """Time every config of SWEEP on SWEEP_SHAPES and of WIDE_SWEEP on WIDE_SHAPES (those whose name
+    holds every word) through the auto path; {shape, config, us} rows."""
     name = arch.arch_name(device)
     saved = tuning.TABLES.get(name)
     base = saved or tuning.DEFAULT
     rows = []
     try:
-        for shape in SWEEP_SHAPES:
+        for shape, configs in [(s, SWEEP) for s in SWEEP_SHAPES] + [(s, WIDE_SWEEP) for s in WIDE_SHAPES]:
+            if not all(w in shape.name for w in words):
+                continue
             sets = _input_sets(shape, device)
             calls = len(sets) * math.ceil(10 / len(sets))
             fns = {}
-            for cfg in SWEEP:
+            for cfg in configs:
                 fn = _with_config(name, base, cfg, _decode(sets, None))
                 try:
                     fn()
@@ -251,9 +263,11 @@ def sweep(device, rounds: int) -> list:
             for cfg, t in timed.items():
                 rows.append(dict(shape=shape.name, block_n=cfg.block_n, num_warps=cfg.num_warps,
                                  num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, keys_m=cfg.keys_m,
-                                 programs_per_cu=cfg.programs_per_cu, us=t.us, best=cfg == best))
+                                 programs_per_cu=cfg.programs_per_cu, slice_dims=cfg.slice_dims, us=t.us,
+                                 best=cfg == best))
                 print(f"{shape.name:<34} block_n {cfg.block_n:>3} warps {cfg.num_warps} stages {cfg.num_stages}"
                       f" maxnreg {cfg.maxnreg} keys_m {cfg.keys_m:d} ppc {cfg.programs_per_cu}"
+                      f" slices {cfg.slice_dims}"
                       f" {t.us:>9.1f} us{'  <- best' if cfg == best else ''}", flush=True)
             del sets
             torch.cuda.empty_cache()
@@ -324,10 +338,10 @@ def main(argv=None) -> int:
             f"copy {copy:.2f} TB/s (1 GiB device to device, read + write); "
             "default shape Hq 32 / Hkv 8, D 128, block 16, shuffled, fp8 e4m3fn per-token, Q 1")
     print(head)
+    words = (args.k or "").split()
     if args.sweep:
-        rows = sweep(device, args.rounds)
+        rows = sweep(device, args.rounds, tuple(words))
     else:
-        words = (args.k or "").split()
         shapes = [s for s in SHAPES if all(w in s.name for w in words)]
         print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'auto us':>9} {'auto chose':>10} {'MB':>8} "
               f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
