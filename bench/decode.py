@@ -118,7 +118,7 @@ SWEEP = ([tuning.LaunchConfig(256, 128, 4, 2), tuning.LaunchConfig(256, 64, 4, 2
                                             (64, 2, 2, 168, 6), (32, 2, 3, None, 4), (16, 2, 1, None, 4))])
 # Heads of 512 and 1024 dims: the untimed rows they had (keys as M on two warps; eight warps with the whole
 # head), and the head cut into dim slices (tuning.LaunchConfig.slice_dims) of 128 or 256 dims.
-WIDE_SHAPES = [SHAPES[11], SHAPES[12]]
+WIDE_SHAPES = [s for s in SHAPES if s.d > 256]
 WIDE_SWEEP = ([tuning.LaunchConfig(1024, 16, 2, 1, keys_m=True, programs_per_cu=4), tuning.LaunchConfig(1024, 16, 8, 1)]
               + [tuning.LaunchConfig(1024, bn, warps, st, keys_m=km, slice_dims=dv)
                  for bn, warps, st, km, dv in ((16, 8, 1, False, 256), (16, 4, 1, False, 128), (16, 4, 2, False, 128),

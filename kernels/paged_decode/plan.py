@@ -131,7 +131,8 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
         partition_size = max(block_size, launch.partition_size or tuning.PARTITION_SIZE)
     span = max(eff, 1) + block_size - 1
     n_full = _cdiv(span, partition_size)
-    grid = max(num_seqs * num_kv_heads * tiles * slices(head_dim, launch), 1)
+    n_slices = slices(head_dim, launch)
+    grid = max(num_seqs * num_kv_heads * tiles * n_slices, 1)
     split = force_split is not False
     if force_split is None:
         wanted = grid < cu or n_full >= LONG_WALK_PARTS or grid < launch.min_programs * cu
@@ -150,4 +151,4 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
                       row_tiles=tiles, launch=launch, reduce_dims=dims, reduce_unroll=unroll,
-                      dim_slices=slices(head_dim, launch))
+                      dim_slices=n_slices)
