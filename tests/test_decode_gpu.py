@@ -6,16 +6,21 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from cases import decode as decode_cases
+from kernels import arch
+from kernels.paged_decode import partition
 from verify import adapters, floors, gate
 
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("cache", ["e4m3fn", "e4m3fnuz"])
 @pytest.mark.parametrize("path", ["onepass", "split", "auto"])
-def test_each_path_repeats_bit_for_bit(device, path):
-    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 32, 8, 128, 4096, (8192, 5000, 77), 1, "shuffled", path)
+def test_each_path_repeats_bit_for_bit(device, path, cache):
+    case = decode_cases.DecodeCase(cache, "token", 16, 32, 8, 128, 4096, (8192, 5000, 77), 1, "shuffled", path)
     inputs = decode_cases.build(case, device, 5)
     first = adapters.decode_call(inputs, path=path).clone()
     for _ in range(19):
@@ -58,6 +63,26 @@ def test_a_row_that_sees_one_key_loses_only_the_output_rounding(device, path):
     ref8 = floors.decode(inputs).ref8
     half_ulp = torch.ldexp(torch.ones_like(ref8), torch.frexp(ref8).exponent - 9)  # bf16 keeps 8 bits
     assert bool(((out - ref8).abs() <= half_ulp * 1.01).all())
+
+
+@triton.jit
+def _fnuz_fields(codes_ptr, out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out_ptr + i, partition.fp8_bits_to_f16(tl.load(codes_ptr + i), arch.FP8_PTX_E4M3FNUZ))
+
+
+def test_fnuz_in_ptx_gives_the_fields_of_every_code_in_every_byte(device):
+    """The PTX decoder takes four codes a register: each code, in each of the four bytes, must come
+    back as fp16 value * 2^-7 bit for bit (subnormals, +-240, zero), and 0x80 as NaN."""
+    if not torch.cuda.get_device_name(device).startswith("NVIDIA"):
+        pytest.skip("the PTX decoder is NVIDIA's")
+    codes = torch.cat([(torch.arange(256) + turn) % 256 for turn in range(4)]).to(torch.uint8).to(device)
+    out = torch.empty(codes.shape, dtype=torch.float16, device=device)
+    _fnuz_fields[(1,)](codes, out, N=codes.numel())
+    want = (codes.view(torch.float8_e4m3fnuz).float() * 2.0 ** -7).half()
+    nan = codes == 0x80
+    assert bool(out[nan].isnan().all())
+    assert torch.equal(out[~nan].view(torch.int16), want[~nan].view(torch.int16))
 
 
 HOSTILE = """

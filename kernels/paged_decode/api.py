@@ -351,7 +351,7 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
                  per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,
                  strides=(*o4.stride()[:3], *q4.stride()[:3], block_tables.stride(0)),
-                 fp8_bits=fp8_mode in (_arch.FP8_BITS_E4M3FN, _arch.FP8_BITS_E4M3FNUZ), elem=key_cache.element_size(),
+                 fp8_bits=fp8_mode in _arch.FP8_BITS, elem=key_cache.element_size(),
                  # a meta tensor holds no ids to check
                  data_checks=device.type != "meta" and _arch.data_checks(validate),
                  constexprs=constexprs)

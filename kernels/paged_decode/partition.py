@@ -72,7 +72,8 @@ bf16 query value keeps its bits (down to 2^-28 of its row's largest), so the
 math is that of bf16 operands. Where the hardware has no fp8 conversion (the
 interpreter; e4m3fnuz on NVIDIA) the codes' sign, exponent and mantissa are
 moved into fp16's fields, which is the value times 2^-(15 - bias) exactly
-(subnormals included); the scores' scale and P carry that power of two back.
+(subnormals included; on NVIDIA four codes at a time in PTX); the scores'
+scale and P carry that power of two back.
 """
 
 import triton
@@ -103,22 +104,50 @@ def decode_fp8_bits(raw, FP8_MODE: tl.constexpr):
 @triton.jit
 def to_f32(raw, FP8_MODE: tl.constexpr):
     """A loaded cache tile in fp32, whatever its storage."""
-    if FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ:
+    if FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ or FP8_MODE == arch.FP8_PTX_E4M3FNUZ:
         return decode_fp8_bits(raw, FP8_MODE)
     return raw.to(tl.float32)
+
+
+# e4m3fnuz codes to fp16 fields, four codes (one 32-bit register, code i in byte i) to two fp16x2
+# registers (code i in half i). Per pair of codes: t = [c0, sign(c0) x 8, c1, sign(c1) x 8] (a byte
+# permute that replicates sign bits), so t << 7 holds each code's exponent and mantissa in fp16's bits
+# 7 to 13 and its sign in bit 15; the mask drops the sign's copy in bit 14 and what crossed into the
+# next half. NaN (code 0x80): y = [c0, 0, c1, 0] read as fp16 (a subnormal, compared exactly: no ftz)
+# equals 0x0080 only there, and the all-ones half it gives makes the result NaN.
+_FNUZ_TO_F16: tl.constexpr = tl.constexpr("""{
+.reg .b32 t0, t1, y0, y1, m0, m1, z, k;
+mov.b32 z, 0;
+mov.b32 k, 0x00800080;
+prmt.b32 t0, $2, z, 0x9180;
+prmt.b32 t1, $2, z, 0xB3A2;
+prmt.b32 y0, $2, z, 0x4140;
+prmt.b32 y1, $2, z, 0x4342;
+set.eq.u32.f16x2 m0, y0, k;
+set.eq.u32.f16x2 m1, y1, k;
+shl.b32 t0, t0, 7;
+shl.b32 t1, t1, 7;
+lop3.b32 $0, t0, 0xBF80BF80, m0, 0xEA;
+lop3.b32 $1, t1, 0xBF80BF80, m1, 0xEA;
+}""")
 
 
 @triton.jit
 def fp8_bits_to_f16(raw, FP8_MODE: tl.constexpr):
     """uint8 codes -> fp16 holding value * 2^-F16_SHIFT: sign, exponent and mantissa moved into
-    fp16's fields (fp16's subnormals take the fp8 subnormals exactly), NaN codes to NaN."""
-    b = raw.to(tl.uint16)
-    value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)
-    if FP8_MODE == arch.FP8_BITS_E4M3FN:
-        is_nan = (b & 0x7F) == 0x7F
+    fp16's fields (fp16's subnormals take the fp8 subnormals exactly), NaN codes to NaN; with
+    FP8_PTX_E4M3FNUZ four codes at a time in PTX (_FNUZ_TO_F16), the same bits."""
+    if FP8_MODE == arch.FP8_PTX_E4M3FNUZ:
+        value = tl.inline_asm_elementwise(_FNUZ_TO_F16, "=r,=r,r", [raw], dtype=tl.float16, is_pure=True, pack=4)
     else:
-        is_nan = b == 0x80
-    return tl.where(is_nan, float("nan"), value)
+        b = raw.to(tl.uint16)
+        value = (((b & 0x7F) << 7) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True)
+        if FP8_MODE == arch.FP8_BITS_E4M3FN:
+            is_nan = (b & 0x7F) == 0x7F
+        else:
+            is_nan = b == 0x80
+        value = tl.where(is_nan, float("nan"), value)
+    return value
 
 
 @triton.jit
@@ -127,7 +156,8 @@ def to_dot(raw, FP8_MODE: tl.constexpr, DOT: tl.constexpr):
     as value / f16_shift (the scores' scale and P multiply it back); else via fp32."""
     if DOT == tl.float16 and FP8_MODE == arch.FP8_NATIVE:
         return raw.to(tl.float16)
-    if DOT == tl.float16 and (FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ):
+    if DOT == tl.float16 and (FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ
+                              or FP8_MODE == arch.FP8_PTX_E4M3FNUZ):
         return fp8_bits_to_f16(raw, FP8_MODE)
     return to_f32(raw, FP8_MODE).to(DOT)
 
@@ -137,7 +167,7 @@ def f16_shift(FP8_MODE: tl.constexpr, DOT: tl.constexpr):
     """2^k with the fp16 operands of fp8_bits_to_f16 = value * 2^-k (15 minus the fp8 bias), else 1."""
     if DOT == tl.float16 and FP8_MODE == arch.FP8_BITS_E4M3FN:
         return 256.0
-    elif DOT == tl.float16 and FP8_MODE == arch.FP8_BITS_E4M3FNUZ:
+    elif DOT == tl.float16 and (FP8_MODE == arch.FP8_BITS_E4M3FNUZ or FP8_MODE == arch.FP8_PTX_E4M3FNUZ):
         return 128.0
     else:
         return 1.0
