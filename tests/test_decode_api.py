@@ -430,6 +430,21 @@ def test_wide_heads_run_as_dim_slices_of_the_tables_width():
     assert grids == {256: (2, 2, 256), 1024: (8, 2, 256)}
 
 
+def test_sliced_rows_walk_long_heads_in_one_pass_where_their_slices_fill_the_device():
+    """sm90, 16 x 8192 full: D 1024 (four slices, 256 programs on 132 SMs, a walk of 32 partitions)
+    runs one pass, as the bench found faster; D 512 with a bf16 cache (MTP 4: 256 programs too) still
+    splits, and so does a D 128 walk of 32 partitions (red with the default long walk for fp8 sliced rows,
+    or with the long walk on every sliced row)."""
+    common = dict(num_seqs=16, max_seq_len=8192, window=0, block_size=16, partition_size=None, cu=132, arch="sm90",
+                  force_split=None)
+    wide = decode_plan.plan_decode(num_kv_heads=4, num_queries=1, group=4, head_dim=1024, elem=1, **common)
+    bf16 = decode_plan.plan_decode(num_kv_heads=2, num_queries=4, group=16, head_dim=512, elem=2, **common)
+    narrow = decode_plan.plan_decode(num_kv_heads=8, num_queries=1, group=4, head_dim=128, elem=1, **common)
+    assert (wide.split, wide.dim_slices) == (False, 4)
+    assert bf16.split and bf16.dim_slices == 2
+    assert narrow.split
+
+
 def test_the_reduce_folds_blocks_within_the_tables_size():
     """sm90's reduce: 32 dims a program and a [partitions, rows, dims] block of at most 4096 elements
     a step, never more partitions than there are (1 x 8192 / 4096: 17 of 16 rows, 8 a step; 64 x

@@ -10,8 +10,8 @@ attends. The split spreads that walk over partitions when it pays:
   `kernels.paged_decode.tuning` says so; `QUANTFLOOR_SPLIT_ARCH`, a comma
   list, overrides them) and only when the grid of num_seqs * Hkv programs
   underfills the device, or holds fewer programs per CU than the launch
-  config's `min_programs`, or the walk is long (at least LONG_WALK_PARTS
-  partitions of `partition_size`);
+  config's `min_programs`, or the walk is long (at least the launch config's
+  `long_walk`, else LONG_WALK_PARTS, partitions of `partition_size`);
 - `partition_size` is the caller's, else the launch config's, else
   tuning.PARTITION_SIZE (never below a cache block);
 - the partition count is capped near the arch's programs per CU; when capped, the
@@ -135,7 +135,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     grid = max(num_seqs * num_kv_heads * tiles * n_slices, 1)
     split = force_split is not False
     if force_split is None:
-        wanted = grid < cu or n_full >= LONG_WALK_PARTS or grid < launch.min_programs * cu
+        wanted = grid < cu or n_full >= (launch.long_walk or LONG_WALK_PARTS) or grid < launch.min_programs * cu
         split = arch in split_archs() and n_full >= 2 and wanted
     if not split:
         if grid < launch.min_programs * cu:  # a one-pass launch has only its grid to spread the keys

@@ -63,7 +63,9 @@ class LaunchConfig:
     splits below it); partition_size: the keys a split partition takes where the caller leaves
     it to the table (None: PARTITION_SIZE); slice_dims: the dims of V and of the output a program
     weighs where the head is wider (a power of two; the head runs as that many slices, each
-    scoring the whole head; None: the whole head)."""
+    scoring the whole head; None: the whole head); long_walk: the partitions of `partition_size`
+    from which the auto path splits a walk that long although the grid fills the device (None:
+    kernels.paged_decode.plan.LONG_WALK_PARTS)."""
 
     max_head_dim: int
     block_n: int
@@ -80,6 +82,7 @@ class LaunchConfig:
     min_programs: float = 0.0
     partition_size: int | None = None
     slice_dims: int | None = None
+    long_walk: int | None = None
 
     def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf")) -> bool:
         """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
@@ -144,6 +147,12 @@ _HALF = 1024
 # whole by every warp); four warps of 16 keys and 128-dim slices compile without a spill on all three
 # targets, at 1 to 2 waves per SIMD (gfx942 268 to 275 VGPRs at D 1024: one wave).
 _SLICED = LaunchConfig(1024, 16, 4, 1, slice_dims=128)
+# With an fp8 cache the sliced sm90 row fills the device with its slices (16 x 8192 full at D 1024: 256
+# programs on 132 SMs) and a walk of 32 partitions ran faster in one pass: 1227.4 us against 1307.7 split in
+# two (auto, with the default of 8 partitions, took the split: bench/NOTES.md); with a bf16 cache (D 512,
+# MTP 4, GQA 16: 256 programs too) the split was faster, 1538.8 against 2096.1. Walks past 64 partitions,
+# and D 512 with an fp8 cache, are not measured.
+_SLICED_LONG_WALK = 64
 _SM90_SLICED = ("chosen by time on the H200 with the stack it takes: 253 to 255 registers and up to 216 bytes at "
                 "D 1024, 2.2 KB at D 512 with a bf16 cache; 1.18x and 1.43x faster there than the whole-head rows "
                 "it replaced, which spilled as well (a 320 to 424 byte stack at D 1024)")
@@ -160,6 +169,8 @@ TABLES = {
                              LaunchConfig(256, 32, 2, 3, max_rows=8, max_elem=1, min_work=_FULL // 2, keys_m=True,
                                           programs_per_cu=4, spills=_SM90_KEYS_M),
                              LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS),
+                             LaunchConfig(1024, 32, 2, 2, max_elem=1, keys_m=True, slice_dims=256,
+                                          long_walk=_SLICED_LONG_WALK, spills=_SM90_SLICED),
                              LaunchConfig(1024, 32, 2, 2, keys_m=True, slice_dims=256, spills=_SM90_SLICED)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
     "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(128, 32, 4, 2, max_rows=16),
