@@ -251,13 +251,20 @@ def test_launch_configs_are_data_per_arch():
 
 
 def test_known_spills_are_looked_up_by_the_launch_they_made():
-    """verify.adapters.known_spill finds a launch's row by tile width, rows, keys a step and orientation."""
+    """verify.adapters.known_spill finds a launch's row by tile width, rows, keys a step, orientation,
+    warps and register cap: on sm90 a D 128 program of 8 rows and 32 keys as M is the one-warp row
+    (168 registers) on one warp and the two-warp row (no cap) on two, each with its own reason."""
     from kernels.paged_decode import tuning
-    one_warp = tuning.TABLES["sm90"].rows[0]
-    assert one_warp.spills and tuning.spills("sm90", 128, 8, one_warp.block_n, True) == one_warp.spills
-    assert tuning.spills("gfx942", 64, 16, 64, False) == ""
+    rows = tuning.TABLES["sm90"].rows
+    one_warp, two_warps = rows[0], next(r for r in rows if (r.block_n, r.num_warps, r.keys_m) == (32, 2, True))
+    assert one_warp.spills and two_warps.spills and one_warp.spills != two_warps.spills
+    assert tuning.spills("sm90", 128, 8, 32, True, 1, 168) == one_warp.spills
+    assert tuning.spills("sm90", 128, 8, 32, True, 2) == two_warps.spills
     with pytest.raises(ValueError, match="head_dim"):
-        tuning.spills("gfx942", 64, 16, 64, True)  # no gfx942 row puts the keys in M
+        tuning.spills("sm90", 128, 8, 32, True, 1)  # no one-warp sm90 row leaves the registers to the compiler
+    assert tuning.spills("gfx942", 64, 16, 64, False, 4) == ""
+    with pytest.raises(ValueError, match="head_dim"):
+        tuning.spills("gfx942", 64, 16, 64, True, 4)  # no gfx942 row puts the keys in M
 
 
 def test_launch_keys_on_what_triton_specializes():

@@ -177,12 +177,12 @@ def planned_launches(inputs, *, arch: str, cus: int) -> list:
     return launches
 
 
-def known_spill(arch: str, kernel: str, constexprs: dict) -> str:
-    """Why the launch tables of `arch` expect `kernel` with these constexprs to spill; '' when they
-    expect no spill (kernels.paged_decode.tuning, kernels.kda.tuning)."""
+def known_spill(arch: str, kernel: str, constexprs: dict, options: dict) -> str:
+    """Why the launch tables of `arch` expect `kernel` with these constexprs and launch options to
+    spill; '' when they expect no spill (kernels.paged_decode.tuning, kernels.kda.tuning)."""
     if kernel == "decode_partition_kernel":
         return decode_tuning.spills(arch, constexprs["D"], constexprs["M_PAD"], constexprs["BLOCK_N"],
-                                    constexprs["KEYS_M"])
+                                    constexprs["KEYS_M"], options["num_warps"], options.get("maxnreg"))
     if kernel.startswith("kda_"):
         return kda_tuning.tuning(arch).spills.get(kernel, "")
     return ""

@@ -411,7 +411,7 @@ def compile_all(specs: list[_Spec], *, workers: int = 1, on_done=None, earlier=(
         for name, value in facts.items():
             setattr(binary, name, value)
         if binary.spilled:
-            binary.known = adapters.known_spill(binary.target, binary.kernel, binary.constexprs)
+            binary.known = adapters.known_spill(binary.target, binary.kernel, binary.constexprs, binary.options)
     return binaries
 
 

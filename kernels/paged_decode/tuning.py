@@ -226,11 +226,14 @@ def programs_per_cu(arch: str, row: LaunchConfig) -> int:
     return row.programs_per_cu or tuning(arch).programs_per_cu
 
 
-def spills(arch: str, head_dim: int, rows: int, block_n: int, keys_m: bool) -> str:
+def spills(arch: str, head_dim: int, rows: int, block_n: int, keys_m: bool, num_warps: int,
+           maxnreg: int | None = None) -> str:
     """Why the row of `arch` that launched a program of tile width `head_dim`, `rows` rows, `block_n`
-    keys a step and that orientation spills ('' where it must not): the first such row."""
+    keys a step, that orientation, warps and register cap spills ('' where it must not): the first
+    such row."""
     for row in tuning(arch).rows:
-        if head_dim <= row.max_head_dim and rows <= row.max_rows and (row.block_n, row.keys_m) == (block_n, keys_m):
+        if (head_dim <= row.max_head_dim and rows <= row.max_rows
+                and (row.block_n, row.keys_m, row.num_warps, row.maxnreg) == (block_n, keys_m, num_warps, maxnreg)):
             return row.spills
     raise ValueError(f"head_dim: no launch config of {arch} launches {head_dim} dims, {rows} rows, "
-                     f"{block_n} keys a step, keys_m={keys_m}")
+                     f"{block_n} keys a step, keys_m={keys_m}, {num_warps} warps, maxnreg={maxnreg}")
