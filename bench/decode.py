@@ -11,7 +11,7 @@ already gathered, contiguous windows in the query's dtype. For each path it
 gives the bytes the window needs (K, V and their per-token scales), TB/s and
 the percentage of the copy; for auto, the host time of a plain call
 (HOST_CALLS calls enqueued behind a busy device, no sync inside, over their
-count: bench.timing.host_us). Inputs rotate over
+count; the median of a few such batches: bench.timing.host_us). Inputs rotate over
 enough copies to be several times the L2, so no path is timed out of cache.
 
 --baseline DIR adds the auto path of another checkout's kernels (bench.baseline),

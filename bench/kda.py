@@ -13,7 +13,8 @@ state out; the varlen rows pack sequences of mixed lengths on T) it gives:
 - the bytes a forward must move at least (q, k, v, g, beta and o in bf16, the
   final state in fp32), as TB/s and as a percentage of the copy;
 - the plain-call time of each (calls back to back, synchronised once) and its
-  host time (calls enqueued behind a busy device, no sync inside, over their count);
+  host time (calls enqueued behind a busy device, no sync inside, over their count;
+  the median of a few such batches);
 - how far the two agree: RMS of the difference over the RMS of FLA's output,
   and the same for the final states.
 

@@ -115,20 +115,26 @@ def copy_tbps(*, gib: int = 1, rounds: int = 20) -> float:
 HOST_SLEEP_CYCLES = 400_000_000  # about 0.2 s of a GPU clock: longer than the timed calls take to enqueue
 
 
-def host_us(fn, calls: int) -> float:
-    """Host time of a plain call in us: `calls` calls enqueued back to back (no sync inside) over
-    their count, behind a kernel that keeps the device busy meanwhile (torch.cuda._sleep): the
-    queue neither fills behind slow kernels (a launch would wait for room) nor starts empty on
-    an idle device (the first launch to it costs more). The launches of all `calls` must fit
-    the queue in front of the sleep: on the H200 800 launches did and 1200 did not (200 calls of
-    a six-launch KDA forward read about 1 ms a call, the sleep shared out), so keep calls times
-    the launches of a call at 800 or fewer."""
+HOST_BATCHES = 5  # a single batch read 26 to 68 us across rows of one decode kernel on the H200, the median of 7
+# batches 39 to 64 (bench/NOTES.md): a batch now and then runs behind whatever else the host does
+
+
+def host_us(fn, calls: int, batches: int = HOST_BATCHES) -> float:
+    """Host time of a plain call in us: the median over `batches` batches of `calls` calls enqueued
+    back to back (no sync inside), each batch over its count, behind a kernel that keeps the device
+    busy meanwhile (torch.cuda._sleep): the queue neither fills behind slow kernels (a launch would
+    wait for room) nor starts empty on an idle device (the first launch to it costs more). The
+    launches of all `calls` must fit the queue in front of the sleep: on the H200 800 launches did
+    and 1200 did not (200 calls of a six-launch KDA forward read about 1 ms a call, the sleep shared
+    out), so keep calls times the launches of a call at 800 or fewer."""
     fn()
     torch.cuda.synchronize()
-    torch.cuda._sleep(HOST_SLEEP_CYCLES)
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    times = []
+    for _ in range(batches):
+        torch.cuda._sleep(HOST_SLEEP_CYCLES)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+    return statistics.median(times) / calls * 1e6
