@@ -47,27 +47,42 @@ def test_a_tag_or_dist_the_id_could_not_tell_apart_is_refused():
 
 # Digests of gauss cases' tensors, taken before value distributions existed: the default
 # distribution must draw exactly what it always drew. torch's CPU normal draws and exp round their
-# last bits by the vector code they run (scalar, AVX2 / AVX512, the arm64 build's), so the float
-# originals, and what is rounded from them, differ from one kind of CPU to the next: the digests
-# are kept per (machine, torch's CPU capability); a CPU with none recorded skips the test, naming
-# the digests it drew. The first ones, taken where the test was written, match no capability of an
-# x86_64 machine (default, avx2, avx512): they stand for aarch64, any capability. The x86_64 ones
-# were drawn by the same builders under ATEN_CPU_CAPABILITY default and avx512 (avx2 draws as
-# avx512 does).
+# last bits by the code they run, which differs by torch's CPU capability (scalar DEFAULT, or the
+# AVX2 / AVX512 vector code, which draw alike) and, on x86_64, by the CPU's vendor: the first
+# digests, taken where the test was written, are drawn again by AMD x86_64 machines under AVX2 and
+# AVX512, and not by another x86_64 machine under any capability, whose own are kept for x86_64
+# CPUs of any other vendor. A CPU with none recorded skips the test, naming the digests it drew.
 _CASES = ("decode-e4m3fnuz-token-b16-hq8-hkv2-d64-w5-L17_1-q2-shuffled-onepass",
           "decode-bf16-token-b32-hq32-hkv8-d128-w0-L70_24-q1-plain-cu256-split",
           "decode-e4m3fn-tensor-b16-hq8-hkv1-d64-w1024-L1100_367-q4-shuffled-auto")
+_AMD = dict(zip(_CASES, ("bb79f1e9b365d60e", "f74e10efb41e407f", "3929fbeca8bba183")))
+_OTHER = dict(zip(_CASES, ("92960ed2ee35fd6d", "c29768267b8be721", "45706f2aa717f6c6")))
 GAUSS_DIGESTS = {
-    ("aarch64", None): dict(zip(_CASES, ("bb79f1e9b365d60e", "f74e10efb41e407f", "3929fbeca8bba183"))),
-    ("x86_64", "AVX512"): dict(zip(_CASES, ("92960ed2ee35fd6d", "c29768267b8be721", "45706f2aa717f6c6"))),
-    ("x86_64", "AVX2"): dict(zip(_CASES, ("92960ed2ee35fd6d", "c29768267b8be721", "45706f2aa717f6c6"))),
-    ("x86_64", "DEFAULT"): dict(zip(_CASES, ("0f0e2ba26f46d8bb", "2eefc33990180b8c", "bb9cf00fd3993cb6"))),
+    ("x86_64", "AuthenticAMD", "AVX512"): _AMD,
+    ("x86_64", "AuthenticAMD", "AVX2"): _AMD,
+    ("x86_64", "AuthenticAMD", "DEFAULT"): dict(zip(_CASES, ("edb6d544fc36dabc", "d94e99a277d44984",
+                                                            "8a106b51220cbbe0"))),
+    ("x86_64", None, "AVX512"): _OTHER,
+    ("x86_64", None, "AVX2"): _OTHER,
+    ("x86_64", None, "DEFAULT"): dict(zip(_CASES, ("0f0e2ba26f46d8bb", "2eefc33990180b8c", "bb9cf00fd3993cb6"))),
 }
 
 
+def _vendor() -> str | None:
+    """The CPU's vendor id (Linux), None where it is not known."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def _digests_here() -> dict | None:
-    machine = platform.machine()
-    return GAUSS_DIGESTS.get((machine, None), GAUSS_DIGESTS.get((machine, torch.backends.cpu.get_cpu_capability())))
+    machine, capability = platform.machine(), torch.backends.cpu.get_cpu_capability()
+    return GAUSS_DIGESTS.get((machine, _vendor(), capability), GAUSS_DIGESTS.get((machine, None, capability)))
 
 
 def _digest(inputs) -> str:
