@@ -24,7 +24,8 @@ FP8_NATIVE = 1  # the target converts this fp8 format in hardware
 FP8_BITS_E4M3FN = 2  # decode e4m3fn from its bits (bias 7, NaN 0x7F/0xFF)
 FP8_BITS_E4M3FNUZ = 3  # decode e4m3fnuz from its bits (bias 8, NaN 0x80)
 FP8_PTX_E4M3FNUZ = 4  # e4m3fnuz from its bits, four codes at a time in PTX (NVIDIA; else as FP8_BITS_E4M3FNUZ)
-FP8_BITS = (FP8_BITS_E4M3FN, FP8_BITS_E4M3FNUZ, FP8_PTX_E4M3FNUZ)  # the modes that read a cache as its codes
+# The modes that read a cache as its codes: those from FP8_BITS_E4M3FN up (the kernels test FP8_MODE >= it).
+FP8_BITS = (FP8_BITS_E4M3FN, FP8_BITS_E4M3FNUZ, FP8_PTX_E4M3FNUZ)
 
 _FP8_FORMATS = {
     torch.float8_e4m3fn: "e4m3fn",

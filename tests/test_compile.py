@@ -89,6 +89,13 @@ def test_planned_launches_are_the_launches_a_real_call_makes(case):
     assert real and _launch_facts(planned) == _launch_facts(real)
 
 
+def test_bit_decoded_fp8_modes_are_those_from_e4m3fn_bits_up():
+    # the kernels test FP8_MODE >= FP8_BITS_E4M3FN for "read the cache as its codes"
+    modes = (arch.FP8_NONE, arch.FP8_NATIVE, arch.FP8_BITS_E4M3FN, arch.FP8_BITS_E4M3FNUZ, arch.FP8_PTX_E4M3FNUZ)
+    assert len(set(modes)) == len(modes)
+    assert set(arch.FP8_BITS) == {m for m in modes if m >= arch.FP8_BITS_E4M3FN}
+
+
 def test_meta_tensors_need_a_planned_arch():
     with pytest.raises(ValueError, match="device: a meta tensor"):
         arch.arch_name(torch.device("meta"))

@@ -104,7 +104,7 @@ def decode_fp8_bits(raw, FP8_MODE: tl.constexpr):
 @triton.jit
 def to_f32(raw, FP8_MODE: tl.constexpr):
     """A loaded cache tile in fp32, whatever its storage."""
-    if FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ or FP8_MODE == arch.FP8_PTX_E4M3FNUZ:
+    if FP8_MODE >= arch.FP8_BITS_E4M3FN:  # a bit-decoded mode (kernels.arch.FP8_BITS)
         return decode_fp8_bits(raw, FP8_MODE)
     return raw.to(tl.float32)
 
@@ -156,8 +156,7 @@ def to_dot(raw, FP8_MODE: tl.constexpr, DOT: tl.constexpr):
     as value / f16_shift (the scores' scale and P multiply it back); else via fp32."""
     if DOT == tl.float16 and FP8_MODE == arch.FP8_NATIVE:
         return raw.to(tl.float16)
-    if DOT == tl.float16 and (FP8_MODE == arch.FP8_BITS_E4M3FN or FP8_MODE == arch.FP8_BITS_E4M3FNUZ
-                              or FP8_MODE == arch.FP8_PTX_E4M3FNUZ):
+    if DOT == tl.float16 and FP8_MODE >= arch.FP8_BITS_E4M3FN:
         return fp8_bits_to_f16(raw, FP8_MODE)
     return to_f32(raw, FP8_MODE).to(DOT)
 
