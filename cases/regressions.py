@@ -156,6 +156,11 @@ KDA_REGRESSIONS = (
     Regression("kda-neighbour-chunk-tile",
                "the chunk walk read a workspace tile of the neighbouring chunk",
                case=KdaCase(h=2, dim=64, b=1, t=130, state="dense", schedule="unsegmented")),
+    Regression("kda-diagonal-reference-first-row",
+               "the diagonal block's sub-blocks met through the gate of the earlier one's first row, "
+               "past which 2^(r - gc_j) > 1: a strong decay inside a sub-block overflows it to inf, "
+               "and inf times the underflowed other factor is NaN",
+               case=KdaCase(h=1, dim=64, b=1, t=200, tag="strongdecay", state="dense", schedule="unsegmented")),
     Regression("kda-log-gate-clamped-below-zero",
                "the log gate was clamped to at most -1e-3 (a guard against positive log-decays set "
                "too far), so a log-decay of exactly 0 decayed; every other case's lies below -5e-3",

@@ -161,6 +161,8 @@ MUTANTS = (
            "S = tl.dot(M, S, input_precision=PRECISION) + b", "S = tl.dot(M, S + b, input_precision=PRECISION)"),
     Mutant("kda-neighbour-chunk-tile", "kernels.kda.chunk", _KDA, "_chunk",
            "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h"),
+    Mutant("kda-diagonal-reference-first-row", "kernels.kda.prepare", _KDA, "_prepare",
+           "(i0 + (s + 1) * SB - 1) * K + ck)", "(i0 + s * SB) * K + ck)"),
     Mutant("kda-log-gate-clamped-below-zero", "kernels.kda.prepare", _KDA, "_prepare",
            "        out = g\n", "        out = tl.minimum(g, -1e-3)\n"),
     Mutant("kda-l2norm-without-epsilon", "kernels.kda.prepare", _KDA, "_prepare",

@@ -451,7 +451,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             configs.stage.options)
         intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // SUB_BLOCK), heads), (
             S, S, S, heads, float(scale)),
-            dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), DOT=dot_tl),
+            dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), SB=configs.exact_rows, DOT=dot_tl),
             configs.intra.options)
         solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (
             S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, heads, float(scale)),

@@ -26,7 +26,8 @@ kernel doing all three would, and more programs fit on a multiprocessor at once.
 Every exponent is <= 0 where it is evaluated: the rows t of block I (BC rows from
 i0 = I*BC) meet all earlier rows j < i0 in one product, 2^(gc_t - gc_j) = 2^(gc_t - r)
 2^(r - gc_j) with r = gc of row i0 - 1, which lies between j and t (a tl.dot in the DOT
-dtype); diagonal sub-blocks take the exact differences in fp32. Strong decay therefore
+dtype); inside the diagonal block the same holds between its sub-blocks of SB rows, and
+pairs within one take the exact differences in fp32. Strong decay therefore
 underflows to 0 and never meets an inf. The stage and solve kernels and the products run
 over column blocks of BK columns, so no [C, K] fp32 tile is held whole.
 
@@ -131,14 +132,15 @@ def kda_stage_kernel(
 @triton.jit
 def kda_intra_kernel(
     scratch_ptr, akk_ptr, aqk_ptr, H, scale,
-    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr,
+    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, SB: tl.constexpr, DOT: tl.constexpr,
 ):
     """Rows t of block I (BC rows from i0 = I*BC) of chunk cid, program_id(0) = cid * (C // BC)
     + I (a chunk's blocks run side by side and share its staged rows in the L2): Akk
     (unscaled by beta) and Aqk against every j <= t, and zeros of Aqk above the diagonal.
     Below the diagonal block, one [BC, C] product over all earlier rows j, with r = gc of
     row i0 - 1 (j <= i0 - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j); columns j at
-    or past the block are masked to 2^-inf = 0. The diagonal block takes the exact exponents."""
+    or past the block are masked to 2^-inf = 0. The diagonal block likewise in sub-blocks of SB
+    rows (SB | BC): a product for each earlier sub-block, exact exponents inside each (SB steps)."""
     cid = (tl.program_id(0) // (C // BC)).to(tl.int64)
     I = tl.program_id(0) % (C // BC)
     h = tl.program_id(1)
@@ -172,24 +174,35 @@ def kda_intra_kernel(
     tl.store(akk_base + off, lower_kk, mask=below)
     tl.store(aqk_base + off, (lower_qk * scale).to(aqk_ptr.dtype.element_ty), mask=below)
     tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
-    # Diagonal block: exact exponents gc_t - gc_j (j <= t), one column j at a time.
+    # Diagonal block, in sub-blocks of SB rows: a later sub-block meets an earlier one, s, in one
+    # [BC, BC] product with r = gc of s's last row (j <= r < t); pairs inside a sub-block take the
+    # exact exponents gc_t - gc_j (j <= t), one partner row a step for every sub-block at once.
     blk = sq_base + ri[:, None] * K + ck[None, :]
     qI = tl.load(blk)
     kI = tl.load(blk + C * K)
     gI = tl.load(blk + 2 * C * K)
     dkk = tl.zeros([BC, BC], dtype=tl.float32)
     dqk = tl.zeros([BC, BC], dtype=tl.float32)
-    same_row = rb[:, None] * 0 + ck[None, :]  # [BC, K]: row j's columns in every row of the block
-    for jj in range(BC):
-        # Row j loaded into each row of a [BC, K] tile (the math's layout, so no exchange through
-        # shared memory; the repeated addresses hit the L1).
-        kj = tl.load(sq_base + C * K + (i0 + jj) * K + same_row)
-        gj = tl.load(sq_base + 2 * C * K + (i0 + jj) * K + same_row)
-        e = kj * tl.exp2(tl.where((rb >= jj)[:, None], gI - gj, float("-inf")))
-        col_kk = tl.where(rb > jj, tl.sum(kI * e, 1), 0.0)
+    for s in tl.static_range(BC // SB - 1):
+        ref = tl.load(sq_base + 2 * C * K + (i0 + (s + 1) * SB - 1) * K + ck)
+        later = tl.exp2(tl.where((rb >= (s + 1) * SB)[:, None], gI - ref[None, :], float("-inf")))
+        inside = ((rb >= s * SB) & (rb < (s + 1) * SB))[:, None]
+        ks = tl.trans((kI * tl.exp2(tl.where(inside, ref[None, :] - gI, float("-inf")))).to(DOT))
+        dkk += tl.dot((kI * later).to(DOT), ks)
+        dqk += tl.dot((qI * later).to(DOT), ks)
+    first = (rb // SB) * SB  # the first row of each row's sub-block
+    partner = first[:, None] + ck[None, :] * 0
+    for m in range(SB):
+        # Partner row first + m loaded into each row of a [BC, K] tile (the math's layout, so no
+        # exchange through shared memory; the repeated addresses hit the L1).
+        kj = tl.load(sq_base + C * K + (i0 + partner + m) * K + ck[None, :])
+        gj = tl.load(sq_base + 2 * C * K + (i0 + partner + m) * K + ck[None, :])
+        e = kj * tl.exp2(tl.where((rb - first >= m)[:, None], gI - gj, float("-inf")))
+        col_kk = tl.where(rb - first > m, tl.sum(kI * e, 1), 0.0)
         col_qk = tl.sum(qI * e, 1)
-        dkk = tl.where(rb[None, :] == jj, col_kk[:, None], dkk)
-        dqk = tl.where(rb[None, :] == jj, col_qk[:, None], dqk)
+        at = rb[None, :] == (first + m)[:, None]
+        dkk = tl.where(at, col_kk[:, None], dkk)
+        dqk = tl.where(at, col_qk[:, None], dqk)
     off = ri[:, None] * C + i0 + rb[None, :]
     tl.store(akk_base + off, dkk)
     tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))

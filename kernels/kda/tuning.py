@@ -32,7 +32,9 @@ class KernelConfig:
 @dataclass(frozen=True)
 class KdaConfig:
     """stage, intra, solve: K1's kernels; walk: the chunk walk and pass A; scan: pass B (it
-    holds M [K, K]); columns: the width of K1's column blocks (capped at K and V)."""
+    holds M [K, K]); columns: the width of K1's column blocks (capped at K and V); exact_rows:
+    the rows of the intra kernel's diagonal sub-blocks, inside which pairs take exact exponents
+    one row a step (a divisor of the 16-row block; the sub-blocks meet by products)."""
 
     stage: KernelConfig
     intra: KernelConfig
@@ -40,6 +42,7 @@ class KdaConfig:
     walk: KernelConfig
     scan: KernelConfig
     columns: int = 64
+    exact_rows: int = 8
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,10 @@ class ArchTuning:
 # intra 1.07x slower, two warps made stage 1.09x and intra 1.15x slower, eight warps for solve 1.85x
 # slower (bench/NOTES.md). sm90, triton 3.9: stage 141, intra 142, solve 254 registers (99 KB of shared
 # memory: two programs an SM), no spill.
+# exact_rows 8: the diagonal block's two halves meet in one product, 8 exact steps instead of 16; intra
+# 1730 -> 1401 us at 1x8192x96 on the H200, the forward 0.925 to 0.952 of its time with 16 on every bench.kda
+# row; 4 (three products, four steps) took the same within 0.3%, 2 no less than 16 (bench/NOTES.md). sm90,
+# triton 3.9: intra 146 registers at K 128 (142 with 16), no spill.
 _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
 _NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4)),
            128: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(8))}
