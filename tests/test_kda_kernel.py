@@ -6,6 +6,7 @@ ratio rms(out - ref) / rms(ref) against a bf16-precision bound, and every
 output element must have been written (outputs and workspace are NaN-poisoned).
 """
 
+import dataclasses
 import os
 
 import torch
@@ -89,6 +90,34 @@ def test_tails_against_recurrence(T):
     assert o.data_ptr() == out.data_ptr()
     check(o, ref_o)
     check(fin, ref_fin, STATE_BOUND, "final_state")
+
+
+@pytest.mark.parametrize("exact_rows", [1, 2, 4, 8, 16])
+def test_every_split_of_the_diagonal_block_computes_the_forward(exact_rows, monkeypatch):
+    # every divisor of the 16-row block (the tables take 8): the sub-blocks meet by products through
+    # their reference rows, under a decay fast enough that the earlier sub-block's first row as the
+    # reference instead of its last would overflow 2^(r - gc_j)
+    from kernels import arch
+    from kernels.kda import tuning
+    name = arch.arch_name(torch.device(DEVICE))
+    table = tuning.tuning(name)
+    rows = {dim: dataclasses.replace(row, exact_rows=exact_rows) for dim, row in table.rows.items()}
+    monkeypatch.setitem(tuning.TABLES, name, dataclasses.replace(table, rows=rows))
+    monkeypatch.setattr(api, "_CALLS", {})
+    q, k, v, g, beta = make_inputs(1, 130, 1, seed=11, decay=40.0)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, output_final_state=True, out=nan_out(1, 130, 1, 64))
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, output_final_state=True)
+    check(o, ref_o)
+    check(fin, ref_fin, STATE_BOUND, "final_state")
+
+
+def test_launch_table_refuses_what_its_kernels_cannot_run():
+    from kernels.kda import tuning
+    row = tuning.config("sm90", 128)
+    with pytest.raises(ValueError, match="columns: expected 64 or 128, got 32"):
+        dataclasses.replace(row, columns=32)
+    with pytest.raises(ValueError, match="exact_rows: expected a divisor of 16, got 3"):
+        dataclasses.replace(row, exact_rows=3)
 
 
 def test_head_dim_128_batched():

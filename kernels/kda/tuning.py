@@ -44,6 +44,14 @@ class KdaConfig:
     columns: int = 64
     exact_rows: int = 8
 
+    def __post_init__(self):
+        # 32 columns gave wrong w and u from the solve kernel on the H200 (triton 3.6; right under the
+        # interpreter, and with 64 or 128): bench/NOTES.md.
+        if self.columns not in (64, 128):
+            raise ValueError(f"columns: expected 64 or 128, got {self.columns}")
+        if self.exact_rows not in (1, 2, 4, 8, 16):
+            raise ValueError(f"exact_rows: expected a divisor of 16, got {self.exact_rows}")
+
 
 @dataclass(frozen=True)
 class ArchTuning:
