@@ -31,6 +31,7 @@ KERNEL_CALLS calls, on the row's own inputs).
 """
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -198,6 +199,16 @@ def measure(shape: Shape, device, copy: float, rounds: int, peer, name: str, ker
     return row
 
 
+def summary(rows: list, name: str) -> str:
+    """Issue 11's yardstick over the rows timed: the geometric mean of the peer's time over ours,
+    and the rows where ours is the slower."""
+    ratios = {row["shape"]: 1.0 / row[f"ours_over_{name}"] for row in rows}
+    geomean = math.exp(sum(map(math.log, ratios.values())) / len(ratios))
+    slower = [shape for shape, ratio in ratios.items() if ratio < 1.0]
+    return (f"{name} / ours: geomean {geomean:.3f} over {len(ratios)} rows; ours slower at "
+            f"{', '.join(slower) if slower else 'no row'}")
+
+
 def _print_kernels(times: dict) -> None:
     total = sum(times.values())
     parts = (f"{name.split('(')[0]} {us:.1f} us ({100 * us / total:.0f}%)" for name, us in times.items())
@@ -257,6 +268,8 @@ def main(argv=None) -> int:
             _print_row(rows[-1], name)
             torch.cuda.empty_cache()
             write_json(args.json, head, copy, rows)
+    if rows:
+        print(summary(rows, name))
     return 0
 
 

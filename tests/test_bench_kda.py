@@ -33,3 +33,9 @@ def test_shape_bytes_count_inputs_output_and_final_states():
 def test_without_a_gpu_it_says_so(capsys):
     assert kda.main([]) == 2
     assert "needs a GPU" in capsys.readouterr().err
+
+
+def test_summary_gives_the_geomean_of_the_peers_time_over_ours_and_the_rows_ours_loses():
+    rows = [dict(shape="a", ours_over_fla=0.5), dict(shape="b", ours_over_fla=2.0), dict(shape="c", ours_over_fla=0.125)]
+    assert kda.summary(rows, "fla") == "fla / ours: geomean 2.000 over 3 rows; ours slower at b"
+    assert kda.summary(rows[:1], "fla").endswith("ours slower at no row")
