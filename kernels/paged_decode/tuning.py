@@ -120,7 +120,8 @@ class ArchTuning:
 
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
-                "a stack of up to a few hundred bytes in many specializations; kept until re-timed there")
+                "a stack of up to a few hundred bytes in many specializations; the same rows at half their keys a "
+                "step spill in far fewer (73 -> 28 on the CPU tier) but were 1.14x to 1.21x slower where they serve")
 _SM90_CAP = ("a cap of 168 registers (12 one-warp programs an SM) leaves a stack of tens of bytes outside the "
              "loop; 1.0 to 1.1x faster than no cap on the H200 (bench/NOTES.md)")
 _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with the stack they take: 255 "
