@@ -200,15 +200,15 @@ def _check_slots(state_indices, num_slots):
         raise ValueError(f"state_indices: expected distinct slots in [0, {num_slots}), got {slots}")
 
 
-def _buffer(workspace, name, shape, strides, need, dtype, device):
-    """A [shape] view (contiguous `strides`, `need` elements) of workspace[name], (re)allocated when
-    missing or too small."""
+def _buffer(workspace, name, need, dtype, device):
+    """workspace[name], (re)allocated when missing or too small: a flat buffer of at least `need`
+    elements. The kernels index it from its base pointer (the layouts in kernels.kda.prepare), so a
+    call passes it whole, without a view a call."""
     buf = workspace.get(name)
     if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < need:
         buf = torch.empty(max(need, 1), dtype=dtype, device=device)
         workspace[name] = buf
-    # as_strided on the flat buffer: one view, half the host time of a slice and a reshape
-    return buf.as_strided(shape, strides)
+    return buf
 
 
 def _contiguous(shape):
@@ -217,8 +217,8 @@ def _contiguous(shape):
 
 
 def _layout(shape, dtype):
-    """(shape, contiguous strides, elements, dtype) of a workspace view."""
-    return tuple(shape), _contiguous(shape), math.prod(shape), dtype
+    """(elements, dtype) of a workspace buffer holding a contiguous [shape]."""
+    return math.prod(shape), dtype
 
 
 def _state_strides(x, v_first):
@@ -265,7 +265,7 @@ class _Call:
     dtype: torch.dtype
     o_shape: tuple
     final_shape: tuple | None
-    buffers: dict  # workspace name -> its view's _layout
+    buffers: dict  # workspace name -> its buffer's _layout
     offsets: tuple | None  # cu_seqlens_cpu's offsets, checked against cu_seqlens on every call (validate)
     slots: int | None  # the paged state's slot count, its indices checked on every call (None: no check)
     stage: _launch.Bound | None
