@@ -161,6 +161,11 @@ KDA_REGRESSIONS = (
                "past which 2^(r - gc_j) > 1: a strong decay inside a sub-block overflows it to inf, "
                "and inf times the underflowed other factor is NaN",
                case=KdaCase(h=1, dim=64, b=1, t=200, tag="strongdecay", state="dense", schedule="unsegmented")),
+    Regression("kda-diagonal-product-unbounded-gate",
+               "the diagonal block taken as one product through its middle row's gate under a gate with "
+               "no lower bound: a burst of decay inside the block overflows one factor to inf while "
+               "the other underflows to 0, and their product is NaN",
+               case=KdaCase(h=1, dim=64, b=1, t=200, tag="strongdecay", schedule="segmented1")),
     Regression("kda-log-gate-clamped-below-zero",
                "the log gate was clamped to at most -1e-3 (a guard against positive log-decays set "
                "too far), so a log-decay of exactly 0 decayed; every other case's lies below -5e-3",

@@ -111,11 +111,21 @@ def test_every_split_of_the_diagonal_block_computes_the_forward(exact_rows, monk
     check(fin, ref_fin, STATE_BOUND, "final_state")
 
 
+def test_diagonal_product_only_where_the_gate_bounds_its_factors():
+    from kernels.kda.plan import diagonal_product
+    # 8 steps of |lower_bound| log2(e) from the middle row: 2^64 at lower_bound -5.545
+    assert diagonal_product(-5.0, 16) and diagonal_product(-5.54, 16) and not diagonal_product(-5.55, 16)
+    assert diagonal_product(-11.0, 8) and not diagonal_product(-12.0, 8)
+    assert not diagonal_product(None, 16)
+
+
 def test_launch_table_refuses_what_its_kernels_cannot_run():
     from kernels.kda import tuning
     row = tuning.config("sm90", 128)
-    with pytest.raises(ValueError, match="columns: expected 64 or 128, got 32"):
+    with pytest.raises(ValueError, match="^columns: expected 64 or 128, got 32"):
         dataclasses.replace(row, columns=32)
+    with pytest.raises(ValueError, match="^stage_columns: expected 64 or 128, got 256"):
+        dataclasses.replace(row, stage_columns=256)
     with pytest.raises(ValueError, match="exact_rows: expected a divisor of 16, got 3"):
         dataclasses.replace(row, exact_rows=3)
 
@@ -190,8 +200,10 @@ def test_gate_modes(gate, beta_sigmoid, qk_l2norm):
     check(fin, ref_fin, STATE_BOUND, "final_state")
 
 
-@pytest.mark.parametrize("case", ["log_minus_1000", "lower_bound_saturated"])
+@pytest.mark.parametrize("case", ["log_minus_1000", "lower_bound_saturated", "lower_bound_steep"])
 def test_strong_decay(case):
+    # lower_bound_steep: -12 a step is past what the diagonal block's one product takes (its factors
+    # would reach 2^(8 * 12 log2(e)) = 2^138, inf in fp32), so the block must take exact exponents
     H = 1
     q, k, v, g, beta = make_inputs(1, 100, H, seed=17)
     if case == "log_minus_1000":
@@ -201,7 +213,8 @@ def test_strong_decay(case):
     else:
         g = torch.full_like(g, 60.0)
         A_log, dt_bias = gate_params(H, 64)
-        kw = dict(gate="lower_bound", A_log=A_log.abs(), dt_bias=dt_bias, lower_bound=-5.0)
+        kw = dict(gate="lower_bound", A_log=A_log.abs(), dt_bias=dt_bias,
+                  lower_bound=-12.0 if case == "lower_bound_steep" else -5.0)
     h0 = rand_state(1, H, 64, 64)
     o, fin = flash_kda_fwd(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                            out=nan_out(1, 100, H, 64), **kw)

@@ -163,6 +163,8 @@ MUTANTS = (
            "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h"),
     Mutant("kda-diagonal-reference-first-row", "kernels.kda.prepare", _KDA, "_prepare",
            "(i0 + (s + 1) * SB - 1) * K + ck)", "(i0 + s * SB) * K + ck)"),
+    Mutant("kda-diagonal-product-unbounded-gate", "kernels.kda.plan", _KDA, "_plan",
+           "return lower_bound is not None and rows", "return lower_bound is None or rows"),
     Mutant("kda-log-gate-clamped-below-zero", "kernels.kda.prepare", _KDA, "_prepare",
            "        out = g\n", "        out = tl.minimum(g, -1e-3)\n"),
     Mutant("kda-l2norm-without-epsilon", "kernels.kda.prepare", _KDA, "_prepare",

@@ -348,11 +348,11 @@ def flash_kda_fwd(
     tiles, u, aqk, decay = ws["tiles"], ws["u"], ws["aqk"], ws["decay"]
     stream = arch.raw_stream(device)
     if call.stage is not None:
-        sc, akk = ws["scratch"], ws["akk"]
-        call.stage(q, k, g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g, sc,
+        staged, gc, akk = ws["staged"], ws["gates"], ws["akk"]
+        call.stage(q, k, g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g, staged, gc,
                    stream=stream)
-        call.intra(sc, akk, aqk, stream=stream)
-        call.solve(v, beta, sc, akk, tiles, u, decay, stream=stream)
+        call.intra(staged, gc, akk, aqk, stream=stream)
+        call.solve(v, beta, staged, gc, akk, tiles, u, decay, stream=stream)
     if call.transition is None:
         call.walk(out, tiles, u, aqk, decay, out, init, fin, *state, stream=stream)
     else:
@@ -413,7 +413,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
     nc, nu = chunk_meta.shape[0], unit_meta.shape[0]
     arch_name = arch.arch_name(device)
     configs = _tuning.config(arch_name, dim_k)
-    precision = _tuning.tuning(arch_name).scan_precision
+    table = _tuning.tuning(arch_name)
     dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
     buffers = dict(tiles=_layout((nc, heads, 3, CHUNK, dim_k), dot), u=_layout((nc, heads, CHUNK, dim_v), torch.float32),
@@ -443,20 +443,22 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
 
     stage = intra = solve = transition = scan = None
     if nc:
-        buffers.update(scratch=_layout((nc, heads, 3, CHUNK, dim_k), torch.float32),
+        buffers.update(staged=_layout((nc, heads, 2, CHUNK, dim_k), dot),
+                       gates=_layout((nc, heads, CHUNK, dim_k), torch.float32),
                        akk=_layout((nc, heads, CHUNK, CHUNK), torch.float32))
         stage = _launch.Bound(_prepare.kda_stage_kernel, (nc, heads), (
-            S, S, S, S, S, *q.stride()[:3], *k.stride()[:3], *g.stride()[:3], chunk_meta, S, heads, lower),
-            dict(K=dim_k, C=CHUNK, BK=min(configs.columns, dim_k), GATE=GATES[gate], L2NORM=qk_l2norm),
+            S, S, S, S, S, *q.stride()[:3], *k.stride()[:3], *g.stride()[:3], chunk_meta, S, S, heads, lower),
+            dict(K=dim_k, C=CHUNK, BK=min(configs.stage_columns, dim_k), GATE=GATES[gate], L2NORM=qk_l2norm),
             configs.stage.options)
         intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // SUB_BLOCK), heads), (
-            S, S, S, heads, float(scale)),
-            dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), SB=configs.exact_rows, DOT=dot_tl),
+            S, S, S, S, heads, float(scale)),
+            dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), SB=configs.exact_rows,
+                 ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, SUB_BLOCK), DOT=dot_tl),
             configs.intra.options)
         solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (
-            S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, heads, float(scale)),
+            S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, S, heads, float(scale)),
             dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v),
-                 BETA_SIGMOID=beta_sigmoid, PRECISION=precision, DOT=dot_tl),
+                 BETA_SIGMOID=beta_sigmoid, PRECISION=table.solve_precision, DOT=dot_tl),
             configs.solve.options)
 
     out_args = (S, *o_strides[:3], chunk_meta, unit_meta, S, S, S, S)
@@ -469,7 +471,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             dict(common, DOT=dot_tl), configs.walk.options)
         scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
             seg_off_t, S, S, *state_args, *cache_args, heads),
-            dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=precision),
+            dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=table.scan_precision),
             configs.scan.options)
     # The walk starts each unit from its state: pass B's segment states (segmented), else the initial.
     walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (

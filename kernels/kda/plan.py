@@ -1,4 +1,5 @@
-"""Segment planner of the KDA chunk walk: how many chunks each segment holds.
+"""Planner of the KDA forward: how many chunks each segment of the chunk walk holds, and whether
+K1's diagonal blocks may be one product.
 
 The unsegmented walk runs one program per (sequence, head, V block), each walking
 its whole sequence serially. When those walkers cannot fill the device and some
@@ -9,6 +10,10 @@ parallel (pass A), joined by a short scan (pass B) and replayed (pass C).
 MAX_SEGMENT_CHUNKS = 64  # longer segments make pass A and pass C's serial walk the bound
 MAX_SEGMENTS = 16  # occupancy target per sequence: beyond it pass B's chain grows for little gain
 MIN_SEGMENT_CHUNKS = 4  # shorter segments pay pass A's doubled walk for too little parallelism
+# Largest |exponent| (log2) either factor of a diagonal block's one product may reach: 2^64 leaves
+# fp32's (and bf16's) other 2^63 to the q and k values, and 2^-64 keeps q k products of 2^-62 normal.
+DIAGONAL_EXPONENT = 64.0
+LOG2_E = 1.4426950408889634
 
 
 def chunks_per_segment(chunk_counts, num_heads: int, v_blocks: int, cu_count: int) -> int:
@@ -28,3 +33,13 @@ def chunks_per_segment(chunk_counts, num_heads: int, v_blocks: int, cu_count: in
     segments = min(MAX_SEGMENTS, -(-cu_count // walkers))
     cps = max(MIN_SEGMENT_CHUNKS, -(-longest // segments))
     return min(cps, MAX_SEGMENT_CHUNKS)
+
+
+def diagonal_product(lower_bound: float | None, rows: int) -> bool:
+    """Whether intra's diagonal [rows, rows] blocks may be one product through the gate r of their
+    middle row (row rows/2 - 1): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j). Each step's log-decay
+    lies in (lower_bound, 0) with gate='lower_bound' (None: any other gate, unbounded), so gc moves
+    at most rows/2 steps of |lower_bound| log2(e) from r, and both factors stay within
+    2^(+-DIAGONAL_EXPONENT) when rows/2 |lower_bound| log2(e) <= DIAGONAL_EXPONENT
+    (|lower_bound| <= 5.545 for 16 rows). Otherwise pairs inside a block take exact exponents."""
+    return lower_bound is not None and rows // 2 * -lower_bound * LOG2_E <= DIAGONAL_EXPONENT

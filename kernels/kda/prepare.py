@@ -31,13 +31,15 @@ pairs within one take the exact differences in fp32. Strong decay therefore
 underflows to 0 and never meets an inf. The stage and solve kernels and the products run
 over column blocks of BK columns, so no [C, K] fp32 tile is held whole.
 
-Precision: inputs are upcast to fp32 on load; the gate, cumsum, L2 norm, the
+Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32,
+the normalised q and k are staged in the DOT dtype and upcast again where read; the
 diagonal blocks and the substitution are fp32; the T products take fp32 operands
 (tf32 on a GPU); every other tl.dot takes DOT operands (bf16 on a GPU, fp32 in
 the interpreter) and accumulates in fp32.
 
 Workspace (contiguous, index (chunk * H + head)):
-  scratch [NC, H, 3, C, K] fp32  normalised q, k and gc (K1's own staging)
+  staged  [NC, H, 2, C, K] DOT   normalised q and k (K1's own staging)
+  gates   [NC, H, C, K]    fp32  gc
   akk     [NC, H, C, C]    fp32  sum_c k_t k_j 2^(gc_t - gc_j) below the diagonal
   tiles   [NC, H, 3, C, K] DOT   qg, kg, w
   u       [NC, H, C, V]    fp32
@@ -85,7 +87,7 @@ def _chunk(meta_ptr, cid):
 @triton.jit
 def kda_stage_kernel(
     q_ptr, k_ptr, g_ptr, alog_ptr, dtb_ptr, sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sg_b, sg_t, sg_h,
-    meta_ptr, scratch_ptr, H, lower_bound,
+    meta_ptr, staged_ptr, gc_ptr, H, lower_bound,
     K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr, L2NORM: tl.constexpr,
 ):
     """By [C, BK] column blocks: the gate, its cumsum along the rows (log2 units; each
@@ -101,7 +103,8 @@ def kda_stage_kernel(
     q_rows = q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h
     k_rows = k_ptr + bidx * sk_b + tok[:, None] * sk_t + h * sk_h
     g_rows = g_ptr + bidx * sg_b + tok[:, None] * sg_t + h * sg_h
-    stage = scratch_ptr + (cid * H + h) * (3 * C * K) + rows[:, None] * K + cb[None, :]
+    tile = (cid * H + h) * (C * K) + rows[:, None] * K + cb[None, :]
+    stage = staged_ptr + (cid * H + h) * (2 * C * K) + rows[:, None] * K + cb[None, :]
 
     q_scale = tl.full([C], 1.0, dtype=tl.float32)
     k_scale = tl.full([C], 1.0, dtype=tl.float32)
@@ -124,15 +127,16 @@ def kda_stage_kernel(
         g = tl.load(g_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
         gate = tl.where(valid[:, None], _gate(g, alog_ptr, dtb_ptr, h, cols, lower_bound, K, GATE), 0.0)
         gc = tl.cumsum(gate * 1.4426950408889634, axis=0)
-        tl.store(stage + kb * BK, q * q_scale[:, None])
-        tl.store(stage + kb * BK + C * K, k * k_scale[:, None])
-        tl.store(stage + kb * BK + 2 * C * K, gc)
+        tl.store(stage + kb * BK, (q * q_scale[:, None]).to(staged_ptr.dtype.element_ty))
+        tl.store(stage + kb * BK + C * K, (k * k_scale[:, None]).to(staged_ptr.dtype.element_ty))
+        tl.store(gc_ptr + tile + kb * BK, gc)
 
 
 @triton.jit
 def kda_intra_kernel(
-    scratch_ptr, akk_ptr, aqk_ptr, H, scale,
-    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, SB: tl.constexpr, DOT: tl.constexpr,
+    staged_ptr, gc_ptr, akk_ptr, aqk_ptr, H, scale,
+    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, SB: tl.constexpr, ONE_PRODUCT: tl.constexpr,
+    DOT: tl.constexpr,
 ):
     """Rows t of block I (BC rows from i0 = I*BC) of chunk cid, program_id(0) = cid * (C // BC)
     + I (a chunk's blocks run side by side and share its staged rows in the L2): Akk
@@ -140,7 +144,9 @@ def kda_intra_kernel(
     Below the diagonal block, one [BC, C] product over all earlier rows j, with r = gc of
     row i0 - 1 (j <= i0 - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j); columns j at
     or past the block are masked to 2^-inf = 0. The diagonal block likewise in sub-blocks of SB
-    rows (SB | BC): a product for each earlier sub-block, exact exponents inside each (SB steps)."""
+    rows (SB | BC): a product for each earlier sub-block, exact exponents inside each (SB steps);
+    ONE_PRODUCT (a gate bounded below, kernels.kda.plan.diagonal_product): one product through
+    the gate of the block's middle row, whose two factors stay within 2^(+-64)."""
     cid = (tl.program_id(0) // (C // BC)).to(tl.int64)
     I = tl.program_id(0) % (C // BC)
     h = tl.program_id(1)
@@ -149,8 +155,8 @@ def kda_intra_kernel(
     cb = tl.arange(0, BK)
     rb = tl.arange(0, BC)
     ck = tl.arange(0, K)
-    sq_base = scratch_ptr + base * (3 * C * K)
-    stage = sq_base + rows[:, None] * K + cb[None, :]
+    sq_base = staged_ptr + base * (2 * C * K)
+    gc_base = gc_ptr + base * (C * K)
     akk_base = akk_ptr + base * (C * C)
     aqk_base = aqk_ptr + base * (C * C)
     i0 = I * BC
@@ -159,16 +165,15 @@ def kda_intra_kernel(
     lower_qk = tl.zeros([BC, C], dtype=tl.float32)
     if I > 0:
         for kb in tl.static_range(K // BK):
-            blk = sq_base + ri[:, None] * K + kb * BK + cb[None, :]
-            ref = tl.load(sq_base + 2 * C * K + (i0 - 1) * K + kb * BK + cb)
-            earlier = stage + kb * BK
-            kj = tl.load(earlier + C * K) * tl.exp2(tl.where((rows < i0)[:, None],
-                                                              ref[None, :] - tl.load(earlier + 2 * C * K),
-                                                              float("-inf")))
-            ai = tl.exp2(tl.load(blk + 2 * C * K) - ref[None, :])
+            blk = ri[:, None] * K + kb * BK + cb[None, :]
+            earlier = rows[:, None] * K + kb * BK + cb[None, :]
+            ref = tl.load(gc_base + (i0 - 1) * K + kb * BK + cb)
+            kj = tl.load(sq_base + C * K + earlier).to(tl.float32) * tl.exp2(
+                tl.where((rows < i0)[:, None], ref[None, :] - tl.load(gc_base + earlier), float("-inf")))
+            ai = tl.exp2(tl.load(gc_base + blk) - ref[None, :])
             kj = tl.trans(kj.to(DOT))
-            lower_kk += tl.dot((tl.load(blk + C * K) * ai).to(DOT), kj)
-            lower_qk += tl.dot((tl.load(blk) * ai).to(DOT), kj)
+            lower_kk += tl.dot((tl.load(sq_base + C * K + blk).to(tl.float32) * ai).to(DOT), kj)
+            lower_qk += tl.dot((tl.load(sq_base + blk).to(tl.float32) * ai).to(DOT), kj)
     off = ri[:, None] * C + rows[None, :]
     below = (rows < i0)[None, :]
     tl.store(akk_base + off, lower_kk, mask=below)
@@ -177,32 +182,41 @@ def kda_intra_kernel(
     # Diagonal block, in sub-blocks of SB rows: a later sub-block meets an earlier one, s, in one
     # [BC, BC] product with r = gc of s's last row (j <= r < t); pairs inside a sub-block take the
     # exact exponents gc_t - gc_j (j <= t), one partner row a step for every sub-block at once.
-    blk = sq_base + ri[:, None] * K + ck[None, :]
-    qI = tl.load(blk)
-    kI = tl.load(blk + C * K)
-    gI = tl.load(blk + 2 * C * K)
-    dkk = tl.zeros([BC, BC], dtype=tl.float32)
-    dqk = tl.zeros([BC, BC], dtype=tl.float32)
-    for s in tl.static_range(BC // SB - 1):
-        ref = tl.load(sq_base + 2 * C * K + (i0 + (s + 1) * SB - 1) * K + ck)
-        later = tl.exp2(tl.where((rb >= (s + 1) * SB)[:, None], gI - ref[None, :], float("-inf")))
-        inside = ((rb >= s * SB) & (rb < (s + 1) * SB))[:, None]
-        ks = tl.trans((kI * tl.exp2(tl.where(inside, ref[None, :] - gI, float("-inf")))).to(DOT))
-        dkk += tl.dot((kI * later).to(DOT), ks)
-        dqk += tl.dot((qI * later).to(DOT), ks)
-    first = (rb // SB) * SB  # the first row of each row's sub-block
-    partner = first[:, None] + ck[None, :] * 0
-    for m in range(SB):
-        # Partner row first + m loaded into each row of a [BC, K] tile (the math's layout, so no
-        # exchange through shared memory; the repeated addresses hit the L1).
-        kj = tl.load(sq_base + C * K + (i0 + partner + m) * K + ck[None, :])
-        gj = tl.load(sq_base + 2 * C * K + (i0 + partner + m) * K + ck[None, :])
-        e = kj * tl.exp2(tl.where((rb - first >= m)[:, None], gI - gj, float("-inf")))
-        col_kk = tl.where(rb - first > m, tl.sum(kI * e, 1), 0.0)
-        col_qk = tl.sum(qI * e, 1)
-        at = rb[None, :] == (first + m)[:, None]
-        dkk = tl.where(at, col_kk[:, None], dkk)
-        dqk = tl.where(at, col_qk[:, None], dqk)
+    blk = ri[:, None] * K + ck[None, :]
+    qI = tl.load(sq_base + blk).to(tl.float32)
+    kI = tl.load(sq_base + C * K + blk).to(tl.float32)
+    gI = tl.load(gc_base + blk)
+    if ONE_PRODUCT:
+        # Pairs j > t take 2^(gc_t - gc_j) >= 1 (finite or inf, never read: the where drops them).
+        ref = tl.load(gc_base + (i0 + BC // 2 - 1) * K + ck)
+        ks = tl.trans((kI * tl.exp2(ref[None, :] - gI)).to(DOT))
+        later = tl.exp2(gI - ref[None, :])
+        pair = rb[:, None] - rb[None, :]
+        dkk = tl.where(pair > 0, tl.dot((kI * later).to(DOT), ks), 0.0)
+        dqk = tl.where(pair >= 0, tl.dot((qI * later).to(DOT), ks), 0.0)
+    else:
+        dkk = tl.zeros([BC, BC], dtype=tl.float32)
+        dqk = tl.zeros([BC, BC], dtype=tl.float32)
+        for s in tl.static_range(BC // SB - 1):
+            ref = tl.load(gc_base + (i0 + (s + 1) * SB - 1) * K + ck)
+            later = tl.exp2(tl.where((rb >= (s + 1) * SB)[:, None], gI - ref[None, :], float("-inf")))
+            inside = ((rb >= s * SB) & (rb < (s + 1) * SB))[:, None]
+            ks = tl.trans((kI * tl.exp2(tl.where(inside, ref[None, :] - gI, float("-inf")))).to(DOT))
+            dkk += tl.dot((kI * later).to(DOT), ks)
+            dqk += tl.dot((qI * later).to(DOT), ks)
+        first = (rb // SB) * SB  # the first row of each row's sub-block
+        partner = first[:, None] + ck[None, :] * 0
+        for m in range(SB):
+            # Partner row first + m loaded into each row of a [BC, K] tile (the math's layout, so no
+            # exchange through shared memory; the repeated addresses hit the L1).
+            kj = tl.load(sq_base + C * K + (i0 + partner + m) * K + ck[None, :]).to(tl.float32)
+            gj = tl.load(gc_base + (i0 + partner + m) * K + ck[None, :])
+            e = kj * tl.exp2(tl.where((rb - first >= m)[:, None], gI - gj, float("-inf")))
+            col_kk = tl.where(rb - first > m, tl.sum(kI * e, 1), 0.0)
+            col_qk = tl.sum(qI * e, 1)
+            at = rb[None, :] == (first + m)[:, None]
+            dkk = tl.where(at, col_kk[:, None], dkk)
+            dqk = tl.where(at, col_qk[:, None], dqk)
     off = ri[:, None] * C + i0 + rb[None, :]
     tl.store(akk_base + off, dkk)
     tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
@@ -211,7 +225,7 @@ def kda_intra_kernel(
 @triton.jit
 def kda_solve_kernel(
     v_ptr, beta_ptr, sv_b, sv_t, sv_h, sb_b, sb_t, sb_h,
-    meta_ptr, scratch_ptr, akk_ptr, tiles_ptr, u_ptr, decay_ptr, H, scale,
+    meta_ptr, staged_ptr, gc_ptr, akk_ptr, tiles_ptr, u_ptr, decay_ptr, H, scale,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA_SIGMOID: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr,
 ):
@@ -229,8 +243,8 @@ def kda_solve_kernel(
     tok = t0 + rows
     v_rows = v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h
     base = cid * H + h
-    sq_base = scratch_ptr + base * (3 * C * K)
-    stage = sq_base + rows[:, None] * K + cb[None, :]
+    stage = staged_ptr + base * (2 * C * K) + rows[:, None] * K + cb[None, :]
+    gc_base = gc_ptr + base * (C * K)
     tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + cb[None, :]
 
     beta = tl.load(beta_ptr + bidx * sb_b + tok * sb_t + h * sb_h, mask=valid, other=0.0).to(tl.float32)
@@ -253,7 +267,7 @@ def kda_solve_kernel(
     eye = tl.where(rows[:, None] == cc[None, :], 1.0, 0.0)
     # Inside each [BC, BC] block the same merge one level down: D = (I + L4)^-1 of its [SUB, SUB]
     # blocks (a + eye), M = D L4o (L4o: the block's part below them; M^4 = 0 for BC = 4 SUB),
-    # Dinv = (I + M)^-1 D = (I - M)(I + M^2) D, in products that keep about fp32 (PRECISION).
+    # Dinv = (I + M)^-1 D = (I - M)(I + M^2) D, in products at the arch's PRECISION (tf32 or fp32).
     quad_inv = a + eye
     m = tl.dot(quad_inv, tl.where(same & ~quad, akk, 0.0), input_precision=PRECISION)
     dinv = tl.dot(tl.dot(eye - m, eye + tl.dot(m, m, input_precision=PRECISION), input_precision=PRECISION),
@@ -265,11 +279,11 @@ def kda_solve_kernel(
         u = tl.dot(tinv, (v * beta[:, None]).to(DOT))
         tl.store(u_ptr + base * (C * V) + rows[:, None] * V + vb * BK + cb[None, :], u)
     for kb in tl.static_range(K // BK):
-        gc = tl.load(stage + kb * BK + 2 * C * K)
-        k = tl.load(stage + kb * BK + C * K)
-        g_last = tl.load(sq_base + 2 * C * K + (C - 1) * K + kb * BK + cb)
+        gc = tl.load(gc_base + rows[:, None] * K + kb * BK + cb[None, :])
+        k = tl.load(stage + kb * BK + C * K).to(tl.float32)
+        g_last = tl.load(gc_base + (C - 1) * K + kb * BK + cb)
         w = tl.dot(tinv, (k * beta[:, None] * tl.exp2(gc)).to(DOT))
-        tl.store(tile + kb * BK, (tl.load(stage + kb * BK) * tl.exp2(gc) * scale).to(tiles_ptr.dtype.element_ty))
+        tl.store(tile + kb * BK, (tl.load(stage + kb * BK).to(tl.float32) * tl.exp2(gc) * scale).to(tiles_ptr.dtype.element_ty))
         tl.store(tile + kb * BK + C * K, (k * tl.exp2(g_last[None, :] - gc)).to(tiles_ptr.dtype.element_ty))
         tl.store(tile + kb * BK + 2 * C * K, w.to(tiles_ptr.dtype.element_ty))
         tl.store(decay_ptr + base * K + kb * BK + cb, tl.exp2(g_last))

@@ -6,6 +6,9 @@ of the chunk walk (which pass A, the transition kernel, shares) and of pass B
 (the scan). For the arch:
 the input precision of pass B's fp32 product M S_in, which must stay about
 fp32 (NVIDIA: 'tf32x3'; AMD's backend has no tf32x3, and 'ieee' is exact fp32),
+that of the solve kernel's merges inside the diagonal blocks of T (NVIDIA 'tf32': T
+goes to bf16 operands next, and tf32x3 there took the solve from 1069 to 1367 us at
+1x8192x96 on the H200, the forward 1.07x to 1.09x on every bench.kda row; AMD 'ieee'),
 and, for a kernel whose every config tried on that arch spills, why (a
 compile report counts those spills as known). `config(arch, K)` picks the
 row; an arch without a table gets DEFAULT.
@@ -32,9 +35,10 @@ class KernelConfig:
 @dataclass(frozen=True)
 class KdaConfig:
     """stage, intra, solve: K1's kernels; walk: the chunk walk and pass A; scan: pass B (it
-    holds M [K, K]); columns: the width of K1's column blocks (capped at K and V); exact_rows:
-    the rows of the intra kernel's diagonal sub-blocks, inside which pairs take exact exponents
-    one row a step (a divisor of the 16-row block; the sub-blocks meet by products)."""
+    holds M [K, K]); columns: the width of the intra and solve kernels' column blocks (capped at
+    K and V); stage_columns: the stage kernel's own (capped at K); exact_rows: the rows of the
+    intra kernel's diagonal sub-blocks, inside which pairs take exact exponents one row a step (a
+    divisor of the 16-row block; the sub-blocks meet by products)."""
 
     stage: KernelConfig
     intra: KernelConfig
@@ -42,6 +46,7 @@ class KdaConfig:
     walk: KernelConfig
     scan: KernelConfig
     columns: int = 64
+    stage_columns: int = 64
     exact_rows: int = 8
 
     def __post_init__(self):
@@ -49,17 +54,21 @@ class KdaConfig:
         # interpreter, and with 64 or 128): bench/NOTES.md.
         if self.columns not in (64, 128):
             raise ValueError(f"columns: expected 64 or 128, got {self.columns}")
+        if self.stage_columns not in (64, 128):
+            raise ValueError(f"stage_columns: expected 64 or 128, got {self.stage_columns}")
         if self.exact_rows not in (1, 2, 4, 8, 16):
             raise ValueError(f"exact_rows: expected a divisor of 16, got {self.exact_rows}")
 
 
 @dataclass(frozen=True)
 class ArchTuning:
-    """rows: {K: KdaConfig}; scan_precision: tl.dot input precision of pass B;
+    """rows: {K: KdaConfig}; scan_precision: tl.dot input precision of pass B; solve_precision:
+    that of the solve kernel's products inside the diagonal [16, 16] blocks of T;
     spills: {kernel name: why it spills on this arch}."""
 
     rows: dict
     scan_precision: str = "tf32x3"
+    solve_precision: str = "tf32"
     spills: dict = field(default_factory=dict)
 
 
@@ -71,9 +80,12 @@ class ArchTuning:
 # 1730 -> 1401 us at 1x8192x96 on the H200, the forward 0.925 to 0.952 of its time with 16 on every bench.kda
 # row; 4 (three products, four steps) took the same within 0.3%, 2 no less than 16 (bench/NOTES.md). sm90,
 # triton 3.9: intra 146 registers at K 128 (142 with 16), no spill.
+# stage_columns 128 (the stage takes a K 128 head in one block): stage 498 -> 443 us at 1x8192x96 on the H200,
+# the forward 0.982 to 1.004 of its time with 64 on every bench.kda row (bench/NOTES.md); the same width
+# for intra and solve (`columns`) made intra 1.13x slower.
 _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
-_NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4)),
-           128: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(8))}
+_NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
+           128: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
 
 # AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
 # prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
@@ -81,11 +93,14 @@ _NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4)),
 _AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
         128: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
 
+_SM90_ONE_PRODUCT = ("the diagonal block as one product (a gate bounded below) at K 128 holds its [16, 128] q, k "
+                     "and gc tiles whole: 255 registers and an 8-byte stack (triton 3.9); intra 1318 -> 1281 us "
+                     "at 1x8192x96 on the H200 against the exact halves, which do not spill (bench/NOTES.md)")
 TABLES = {
-    "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee"),
-    "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee"),
-    "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA),
+    "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
+    "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
+    "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_ONE_PRODUCT}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
