@@ -18,10 +18,10 @@ enough copies to be several times the L2, so no path is timed out of cache.
 timed in the same interleaved rounds, with the ratio auto / baseline and the largest
 difference between the two outputs on the first input set.
 
---sweep times every launch config of SWEEP on the SWEEP_SHAPES, and of
-WIDE_SWEEP on the WIDE_SHAPES (auto path; -k keeps the shapes whose name holds
-every word), and marks the fastest per shape: how the rows of
-`kernels.paged_decode.tuning` were chosen. --png writes the roofline
+--sweep times every launch config of SWEEP on the SWEEP_SHAPES, of
+WIDE_SWEEP on the WIDE_SHAPES and of SMALL_SWEEP on the SMALL_SHAPES (auto
+path; -k keeps the shapes whose name holds every word), and marks the fastest
+per shape: how the rows of `kernels.paged_decode.tuning` were chosen. --png writes the roofline
 picture (needs matplotlib, the `plot` extra).
 """
 
@@ -116,6 +116,15 @@ SWEEP = ([tuning.LaunchConfig(256, 128, 4, 2), tuning.LaunchConfig(256, 64, 4, 2
          + [tuning.LaunchConfig(256, bn, warps, st, reg, keys_m=True, programs_per_cu=ppc)
             for bn, warps, st, reg, ppc in ((32, 1, 4, 168, 12), (32, 1, 3, None, 8), (16, 1, 4, None, 8),
                                             (64, 2, 2, 168, 6), (32, 2, 3, None, 4), (16, 2, 1, None, 4))])
+# Shapes where each CU walks few keys (1 x 8192 / 4096: 248 keys, 32 x 590: 1144, 8 x 8192 / 4096: 1986),
+# and their candidates: four warps (the row 1 x 8192 takes) with shorter partitions, and one-warp rows with
+# keys as M, partitions of 32 to 256 keys and 12 or 24 programs a CU (the one-pass bar of the table's rows).
+SMALL_SHAPES = [Shape(1, 8192, 4096), Shape(32, 590, 4096), Shape(8, 8192, 4096)]
+SMALL_SWEEP = ([tuning.LaunchConfig(128, 128, 4, 2, partition_size=ps) for ps in (256, 128)]
+               + [tuning.LaunchConfig(128, 64, 4, 2, partition_size=64, programs_per_cu=ppc) for ppc in (2, 8)]
+               + [tuning.LaunchConfig(128, 32, 1, 4, maxnreg=168, keys_m=True, programs_per_cu=ppc,
+                                      min_programs=3.0, partition_size=ps)
+                  for ps, ppc in ((256, 12), (128, 12), (64, 12), (64, 24), (32, 24))])
 # Heads of 512 and 1024 dims: the untimed rows they had (keys as M on two warps; eight warps with the whole
 # head), and the head cut into dim slices (tuning.LaunchConfig.slice_dims) of 128 or 256 dims.
 WIDE_SHAPES = [s for s in SHAPES if s.d > 256]
@@ -236,14 +245,15 @@ def _print_row(row: dict) -> None:
 
 
 def sweep(device, rounds: int, words: tuple = ()) -> list:
-    """Time every config of SWEEP on SWEEP_SHAPES and of WIDE_SWEEP on WIDE_SHAPES (those whose name
-    holds every word) through the auto path; {shape, config, us} rows."""
+    """Time every config of SWEEP on SWEEP_SHAPES, of WIDE_SWEEP on WIDE_SHAPES and of SMALL_SWEEP on
+    SMALL_SHAPES (those whose name holds every word) through the auto path; {shape, config, us} rows."""
     name = arch.arch_name(device)
     saved = tuning.TABLES.get(name)
     base = saved or tuning.DEFAULT
     rows = []
     try:
-        for shape, configs in [(s, SWEEP) for s in SWEEP_SHAPES] + [(s, WIDE_SWEEP) for s in WIDE_SHAPES]:
+        for shape, configs in ([(s, SWEEP) for s in SWEEP_SHAPES] + [(s, WIDE_SWEEP) for s in WIDE_SHAPES]
+                               + [(s, SMALL_SWEEP) for s in SMALL_SHAPES]):
             if not all(w in shape.name for w in words):
                 continue
             sets = _input_sets(shape, device)
@@ -263,11 +273,12 @@ def sweep(device, rounds: int, words: tuple = ()) -> list:
             for cfg, t in timed.items():
                 rows.append(dict(shape=shape.name, block_n=cfg.block_n, num_warps=cfg.num_warps,
                                  num_stages=cfg.num_stages, maxnreg=cfg.maxnreg, keys_m=cfg.keys_m,
-                                 programs_per_cu=cfg.programs_per_cu, slice_dims=cfg.slice_dims, us=t.us,
+                                 programs_per_cu=cfg.programs_per_cu, slice_dims=cfg.slice_dims,
+                                 partition_size=cfg.partition_size, us=t.us,
                                  best=cfg == best))
                 print(f"{shape.name:<34} block_n {cfg.block_n:>3} warps {cfg.num_warps} stages {cfg.num_stages}"
                       f" maxnreg {cfg.maxnreg} keys_m {cfg.keys_m:d} ppc {cfg.programs_per_cu}"
-                      f" slices {cfg.slice_dims}"
+                      f" slices {cfg.slice_dims} part {cfg.partition_size}"
                       f" {t.us:>9.1f} us{'  <- best' if cfg == best else ''}", flush=True)
             del sets
             torch.cuda.empty_cache()
