@@ -93,6 +93,16 @@ def test_mutants_prints_the_kill_matrix(capsys):
     assert out.strip().splitlines()[-1] == "ALL_KILLED (1 of 1 mutants)"
 
 
+def test_mutants_are_kept_by_words_of_their_name_or_case_id(capsys):
+    # "kda strongdecay": no mutant's name holds both words, two mutants' case ids do
+    assert cli.main(["mutants", "--tier", "cpu", "-k", "kda strongdecay"]) == 0
+    out = capsys.readouterr().out
+    assert "kda-diagonal-reference-first-row" in out and "kda-diagonal-product-unbounded-gate" in out
+    assert out.strip().splitlines()[-1] == "ALL_KILLED (2 of 2 mutants)"
+    assert cli.main(["mutants", "--tier", "cpu", "-k", "no-such-mutant"]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "NOT_ALL_KILLED (0 of 0 mutants)"
+
+
 def test_workers_judge_the_same_cases_as_one_process(tmp_path, capsys):
     words = ["-k", "L0_1 q4 onepass"]
     assert cli.main(["run", "--tier", "cpu", *words, "--json", str(tmp_path / "one.json")]) == 0

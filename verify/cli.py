@@ -256,8 +256,12 @@ def cmd_shrink(args) -> int:
 
 def cmd_mutants(args) -> int:
     tier = _tier(args)
-    rows = mutants.kill_matrix(tier, names=args.k.split() if args.k else None, workers=args.workers,
-                               timeout_base=args.timeout)
+    names = None
+    if args.k:
+        words = args.k.split()
+        names = [m.name for m in mutants.MUTANTS
+                 if all(w in m.name or w in mutants.regression_of(m).id for w in words)]
+    rows = mutants.kill_matrix(tier, names=names, workers=args.workers, timeout_base=args.timeout)
     print(mutants.format_kill_matrix(rows))
     ok = bool(rows) and all(r.killed for r in rows)
     print(f"{'ALL_KILLED' if ok else 'NOT_ALL_KILLED'} ({sum(r.killed for r in rows)} of {len(rows)} mutants)")
@@ -382,15 +386,15 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quantfloor", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    def tiered(name, helptext):
+    def tiered(name, helptext, kept="cases whose id or suite"):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("--tier", choices=_device.TIERS, default=None, help="default: gpu with a GPU, else cpu")
-        s.add_argument("-k", default=None, help="keep cases whose id or suite contains every word")
+        s.add_argument("-k", default=None, help=f"keep {kept} contains every word")
         return s
 
     run = tiered("run", "judge every case of a tier; ALL_PASS or FAIL")
     run.add_argument("--shard", default=None, help="i/n: run the i-th of n slices")
-    kill = tiered("mutants", "the kill matrix: every mutant must fail its case")
+    kill = tiered("mutants", "the kill matrix: every mutant must fail its case", "mutants whose name or case id")
     for s in (run, kill):
         s.add_argument("--workers", type=int, default=1,
                        help="judge in this many isolated processes, worker w on GPU w mod count (default 1)")

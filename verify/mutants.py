@@ -249,14 +249,15 @@ class KillRow:
 
 def kill_matrix(tier: str, *, names=None, workers: int = 1, timeout_base: float | None = None,
                 stream=None) -> list[KillRow]:
-    """Every mutant of the tier (GPU-only regressions need the gpu tier) against its case: judged with
-    the real code and with the mutant, each in an isolated worker (verify.parallel), so a mutant that
-    crashes its process or never returns fails its case with that reason and the matrix goes on.
+    """Every mutant of the tier named in `names` (None: every one; GPU-only regressions need the gpu
+    tier) against its case: judged with the real code and with the mutant, each in an isolated
+    worker (verify.parallel), so a mutant that crashes its process or never returns fails its case
+    with that reason and the matrix goes on.
     A mutant whose snippet is not found once is refused before any worker starts: planted in a
     worker, it would fail its case for that alone and read as killed."""
     from verify import parallel
 
-    chosen = [(m, regression_of(m)) for m in MUTANTS if not names or m.name in names]
+    chosen = [(m, regression_of(m)) for m in MUTANTS if names is None or m.name in names]
     chosen = [(m, reg) for m, reg in chosen if not (reg.gpu and tier == "cpu")]
     for m, _ in chosen:
         mutated_source(m)
