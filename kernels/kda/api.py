@@ -29,7 +29,6 @@ from kernels.kda import prepare as _prepare
 from kernels.kda import tuning as _tuning
 
 CHUNK = 64  # tokens per chunk (C)
-SUB_BLOCK = 16  # rows of K1's [BC, BC] sub-blocks (C == 4 * SUB_BLOCK)
 BLOCK_V = 64  # columns of the state one K2 program holds (BV)
 HEAD_DIMS = (64, 128)  # supported K and V
 MAX_HEADS = 65535  # grid axis 1 holds the head
@@ -443,6 +442,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
 
     stage = intra = solve = transition = scan = None
     if nc:
+        sub = _tuning.SUB_BLOCK
         buffers.update(staged=_layout((nc, heads, 2, CHUNK, dim_k), dot),
                        gates=_layout((nc, heads, CHUNK, dim_k), torch.float32),
                        akk=_layout((nc, heads, CHUNK, CHUNK), torch.float32))
@@ -450,14 +450,14 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             S, S, S, S, S, *q.stride()[:3], *k.stride()[:3], *g.stride()[:3], chunk_meta, S, S, heads, lower),
             dict(K=dim_k, C=CHUNK, BK=min(configs.stage_columns, dim_k), GATE=GATES[gate], L2NORM=qk_l2norm),
             configs.stage.options)
-        intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // SUB_BLOCK), heads), (
+        intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // sub), heads), (
             S, S, S, S, heads, float(scale)),
-            dict(K=dim_k, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k), SB=configs.exact_rows,
-                 ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, SUB_BLOCK), DOT=dot_tl),
+            dict(K=dim_k, C=CHUNK, BC=sub, BK=min(configs.columns, dim_k), SB=configs.exact_rows,
+                 ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, sub), DOT=dot_tl),
             configs.intra.options)
         solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (
             S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, S, heads, float(scale)),
-            dict(K=dim_k, V=dim_v, C=CHUNK, BC=SUB_BLOCK, BK=min(configs.columns, dim_k, dim_v),
+            dict(K=dim_k, V=dim_v, C=CHUNK, BC=sub, BK=min(configs.columns, dim_k, dim_v),
                  BETA_SIGMOID=beta_sigmoid, PRECISION=table.solve_precision, DOT=dot_tl),
             configs.solve.options)
 
