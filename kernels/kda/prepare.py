@@ -23,19 +23,19 @@ The three kernels hand over through the workspace, in launch order:
 Each holds only its own phase, so it needs fewer registers and less code than one
 kernel doing all three would, and more programs fit on a multiprocessor at once.
 
-Every exponent is <= 0 where it is evaluated: the rows t of block I (BC rows from
+Exponents stay <= 0 (one case aside, below): the rows t of block I (BC rows from
 i0 = I*BC) meet all earlier rows j < i0 in one product, 2^(gc_t - gc_j) = 2^(gc_t - r)
 2^(r - gc_j) with r = gc of row i0 - 1, which lies between j and t (a tl.dot in the DOT
 dtype); inside the diagonal block the same holds between its sub-blocks of SB rows, and
-pairs within one take the exact differences in fp32. Strong decay therefore
-underflows to 0 and never meets an inf. The stage and solve kernels and the products run
-over column blocks of BK columns, so no [C, K] fp32 tile is held whole.
+pairs within one take the exact differences in fp32: strong decay underflows to 0, never inf.
+A gate bounded below (plan.diagonal_product) makes the block one product through its middle
+row's gate (factors within 2^(+-64); pairs j > t, which may reach inf, are dropped).
+The products and the solve run over column blocks (the stage over its own width).
 
-Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32,
-the normalised q and k are staged in the DOT dtype and upcast again where read; the
-diagonal blocks and the substitution are fp32; the T products take fp32 operands
-(tf32 on a GPU); every other tl.dot takes DOT operands (bf16 on a GPU, fp32 in
-the interpreter) and accumulates in fp32.
+Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32; q and
+k are staged in the DOT dtype; the exact diagonal steps and the substitution are fp32; T's
+merges take fp32 operands at the arch's solve precision (tf32 on NVIDIA); every other tl.dot
+takes DOT operands (bf16 on a GPU, fp32 in the interpreter) and accumulates in fp32.
 
 Workspace (contiguous, index (chunk * H + head)):
   staged  [NC, H, 2, C, K] DOT   normalised q and k (K1's own staging)
