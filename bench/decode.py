@@ -21,8 +21,8 @@ difference between the two outputs on the first input set.
 --sweep times every launch config of SWEEP on the SWEEP_SHAPES, of
 WIDE_SWEEP on the WIDE_SHAPES and of SMALL_SWEEP on the SMALL_SHAPES (auto
 path; -k keeps the shapes whose name holds every word), and marks the fastest
-per shape: how the rows of `kernels.paged_decode.tuning` were chosen. --png writes the roofline
-picture (needs matplotlib, the `plot` extra).
+per shape: how the rows of `kernels.paged_decode.tuning` were chosen. --png
+writes the roofline picture (needs matplotlib, the `plot` extra).
 """
 
 import argparse
