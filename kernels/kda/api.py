@@ -452,7 +452,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             configs.stage.options)
         intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // sub), heads), (
             S, S, S, S, heads, float(scale)),
-            dict(K=dim_k, C=CHUNK, BC=sub, BK=min(configs.columns, dim_k), SB=configs.exact_rows,
+            dict(K=dim_k, C=CHUNK, BC=sub, SB=configs.exact_rows,
                  ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, sub), DOT=dot_tl),
             configs.intra.options)
         solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (

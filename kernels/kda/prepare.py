@@ -24,13 +24,13 @@ Each holds only its own phase, so it needs fewer registers and less code than on
 kernel doing all three would, and more programs fit on a multiprocessor at once.
 
 Exponents stay <= 0 (one case aside, below): the rows t of block I (BC rows from
-i0 = I*BC) meet all earlier rows j < i0 in one product, 2^(gc_t - gc_j) = 2^(gc_t - r)
+i0 = I*BC) meet the earlier rows j < i0 a block at a time, 2^(gc_t - gc_j) = 2^(gc_t - r)
 2^(r - gc_j) with r = gc of row i0 - 1, which lies between j and t (a tl.dot in the DOT
 dtype); inside the diagonal block the same holds between its sub-blocks of SB rows, and
 pairs within one take the exact differences in fp32: strong decay underflows to 0, never inf.
 A gate bounded below (plan.diagonal_product) makes the block one product through its middle
 row's gate (factors within 2^(+-64); pairs j > t, which may reach inf, are dropped).
-The products and the solve run over column blocks (the stage over its own width).
+The solve runs over column blocks (the stage over its own width; intra takes whole rows).
 
 Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32; q and
 k are staged in the DOT dtype; the exact diagonal steps and the substitution are fp32; T's
@@ -135,16 +135,17 @@ def kda_stage_kernel(
 @triton.jit
 def kda_intra_kernel(
     staged_ptr, gc_ptr, akk_ptr, aqk_ptr, H, scale,
-    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, SB: tl.constexpr, ONE_PRODUCT: tl.constexpr,
+    K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, SB: tl.constexpr, ONE_PRODUCT: tl.constexpr,
     DOT: tl.constexpr,
 ):
     """Rows t of block I (BC rows from i0 = I*BC) of chunk cid, program_id(0) = cid * (C // BC)
     + I (a chunk's blocks run side by side and share its staged rows in the L2): Akk
     (unscaled by beta) and Aqk against every j <= t, and zeros of Aqk above the diagonal.
-    Below the diagonal block, one [BC, C] product over all earlier rows j, with r = gc of
-    row i0 - 1 (j <= i0 - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j); columns j at
-    or past the block are masked to 2^-inf = 0. The diagonal block likewise in sub-blocks of SB
-    rows (SB | BC): a product for each earlier sub-block, exact exponents inside each (SB steps);
+    Below the diagonal block, a [BC, BC] product for each earlier block J of BC rows (I of
+    them: the work grows with the block), with r = gc of row i0 - 1 for all of them
+    (j <= i0 - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j), both factors at most 1.
+    The diagonal block likewise in sub-blocks of SB rows (SB | BC): a product for each
+    earlier sub-block, exact exponents inside each (SB steps);
     ONE_PRODUCT (a gate bounded below, kernels.kda.plan.diagonal_product): one product through
     the gate of the block's middle row, whose two factors stay within 2^(+-64)."""
     cid = (tl.program_id(0) // (C // BC)).to(tl.int64)
@@ -152,7 +153,6 @@ def kda_intra_kernel(
     h = tl.program_id(1)
     base = cid * H + h
     rows = tl.arange(0, C)
-    cb = tl.arange(0, BK)
     rb = tl.arange(0, BC)
     ck = tl.arange(0, K)
     sq_base = staged_ptr + base * (2 * C * K)
@@ -161,31 +161,14 @@ def kda_intra_kernel(
     aqk_base = aqk_ptr + base * (C * C)
     i0 = I * BC
     ri = i0 + rb
-    lower_kk = tl.zeros([BC, C], dtype=tl.float32)
-    lower_qk = tl.zeros([BC, C], dtype=tl.float32)
-    if I > 0:
-        for kb in tl.static_range(K // BK):
-            blk = ri[:, None] * K + kb * BK + cb[None, :]
-            earlier = rows[:, None] * K + kb * BK + cb[None, :]
-            ref = tl.load(gc_base + (i0 - 1) * K + kb * BK + cb)
-            kj = tl.load(sq_base + C * K + earlier).to(tl.float32) * tl.exp2(
-                tl.where((rows < i0)[:, None], ref[None, :] - tl.load(gc_base + earlier), float("-inf")))
-            ai = tl.exp2(tl.load(gc_base + blk) - ref[None, :])
-            kj = tl.trans(kj.to(DOT))
-            lower_kk += tl.dot((tl.load(sq_base + C * K + blk).to(tl.float32) * ai).to(DOT), kj)
-            lower_qk += tl.dot((tl.load(sq_base + blk).to(tl.float32) * ai).to(DOT), kj)
-    off = ri[:, None] * C + rows[None, :]
-    below = (rows < i0)[None, :]
-    tl.store(akk_base + off, lower_kk, mask=below)
-    tl.store(aqk_base + off, (lower_qk * scale).to(aqk_ptr.dtype.element_ty), mask=below)
-    tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
-    # Diagonal block, in sub-blocks of SB rows: a later sub-block meets an earlier one, s, in one
-    # [BC, BC] product with r = gc of s's last row (j <= r < t); pairs inside a sub-block take the
-    # exact exponents gc_t - gc_j (j <= t), one partner row a step for every sub-block at once.
+    # The block's own q, k and gc tiles: the diagonal block, then the earlier rows.
     blk = ri[:, None] * K + ck[None, :]
     qI = tl.load(sq_base + blk).to(tl.float32)
     kI = tl.load(sq_base + C * K + blk).to(tl.float32)
     gI = tl.load(gc_base + blk)
+    # Diagonal block, in sub-blocks of SB rows: a later sub-block meets an earlier one, s, in one
+    # [BC, BC] product with r = gc of s's last row (j <= r < t); pairs inside a sub-block take the
+    # exact exponents gc_t - gc_j (j <= t), one partner row a step for every sub-block at once.
     if ONE_PRODUCT:
         # Pairs j > t take 2^(gc_t - gc_j) >= 1 (finite or inf, never read: the where drops them).
         ref = tl.load(gc_base + (i0 + BC // 2 - 1) * K + ck)
@@ -220,6 +203,23 @@ def kda_intra_kernel(
     off = ri[:, None] * C + i0 + rb[None, :]
     tl.store(akk_base + off, dkk)
     tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
+    # Earlier rows j < i0, a block J of BC rows at a time (none for the first block):
+    # Akk[t, j] = sum_c (k_t 2^(gc_t - r))[c] (k_j 2^(r - gc_j))[c] with r = gc of row i0 - 1.
+    if I > 0:
+        ref = tl.load(gc_base + (i0 - 1) * K + ck)
+        ai = tl.exp2(gI - ref[None, :])
+        ka = (kI * ai).to(DOT)
+        qa = (qI * ai).to(DOT)
+        for J in tl.range(0, I, num_stages=1):
+            rj = J * BC + rb
+            earlier = rj[:, None] * K + ck[None, :]
+            kj = tl.load(sq_base + C * K + earlier).to(tl.float32) * tl.exp2(ref[None, :] - tl.load(gc_base + earlier))
+            kj = tl.trans(kj.to(DOT))
+            off = ri[:, None] * C + rj[None, :]
+            tl.store(akk_base + off, tl.dot(ka, kj))
+            tl.store(aqk_base + off, (tl.dot(qa, kj) * scale).to(aqk_ptr.dtype.element_ty))
+    off = ri[:, None] * C + rows[None, :]  # Aqk above the diagonal block
+    tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
 
 
 @triton.jit

@@ -37,7 +37,7 @@ class KernelConfig:
 @dataclass(frozen=True)
 class KdaConfig:
     """stage, intra, solve: K1's kernels; walk: the chunk walk and pass A; scan: pass B (it
-    holds M [K, K]); columns: the width of the intra and solve kernels' column blocks (capped at
+    holds M [K, K]); columns: the width of the solve kernel's column blocks (capped at
     K and V); stage_columns: the stage kernel's own (capped at K); exact_rows: the rows of the
     intra kernel's diagonal sub-blocks, inside which pairs take exact exponents one row a step (a
     divisor of the 16-row block; the sub-blocks meet by products)."""
@@ -86,8 +86,14 @@ class ArchTuning:
 # the forward 0.982 to 1.004 of its time with 64 on every bench.kda row (bench/NOTES.md); the same width
 # for intra and solve (`columns`) made intra 1.13x slower.
 _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
-_NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
-           128: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
+# intra on one warp: its tiles are [16, K] and [16, 16] products, which four warps held in copies; with
+# the earlier rows taken a 16-row block at a time, intra 1281 (four warps, one [16, 64] product over
+# them) -> 858 (two warps) -> 710 us (one) at 1x8192x96 on the H200, the forward 0.950 of two warps and
+# 0.84 to 0.96 of four on every bench.kda row; solve on two warps 1.37x slower (bench/NOTES.md). K 64
+# shares the row, not timed.
+_K1_SM90 = dict(_K1, intra=KernelConfig(1))
+_NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
+           128: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
 
 # AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
 # prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
@@ -95,15 +101,15 @@ _NVIDIA = {64: KdaConfig(**_K1, walk=KernelConfig(4), scan=KernelConfig(4), stag
 _AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
         128: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
 
-_SM90_ONE_PRODUCT = ("the diagonal block as one product (a gate bounded below) at K 128 holds its [16, 128] q, k "
-                     "and gc tiles whole: 255 registers and an 8-byte stack (triton 3.9); intra 1318 -> 1281 us "
-                     "at 1x8192x96 on the H200 against the exact halves, which do not spill, and the product over "
-                     "64-column blocks (183 registers, no stack) took 1376 (bench/NOTES.md)")
+_SM90_INTRA = ("one warp holds intra's [16, K] q, k and gc tiles and their products: at K 128, 255 registers and "
+               "a stack of 160 bytes (exact halves of the diagonal block) to 704 (one product, a gate bounded "
+               "below; triton 3.9); 710 us at 1x8192x96 on the H200 against 858 on two warps (336 bytes) and "
+               "1281 on four (8 bytes), the exact halves on two warps 1107 (bench/NOTES.md)")
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_ONE_PRODUCT}),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
