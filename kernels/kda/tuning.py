@@ -89,8 +89,8 @@ _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
 # intra on one warp: its tiles are [16, K] and [16, 16] products, which four warps held in copies; with
 # the earlier rows taken a 16-row block at a time, intra 1281 (four warps, one [16, 64] product over
 # them) -> 858 (two warps) -> 710 us (one) at 1x8192x96 on the H200, the forward 0.950 of two warps and
-# 0.84 to 0.96 of four on every bench.kda row; solve on two warps 1.37x slower (bench/NOTES.md). K 64
-# shares the row, not timed.
+# 0.84 to 0.96 of four on every bench.kda row; solve on two warps 1.37x slower. At K = V = 64 intra 616
+# (main) -> 311 us (one warp; 897 with the new loop on four), the forward 0.85 to 0.93 of main's (bench/NOTES.md).
 _K1_SM90 = dict(_K1, intra=KernelConfig(1))
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
            128: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
