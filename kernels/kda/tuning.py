@@ -105,11 +105,14 @@ _SM90_INTRA = ("one warp holds intra's [16, K] q, k and gc tiles and their produ
                "a stack of 160 bytes (exact halves of the diagonal block) to 704 (one product, a gate bounded "
                "below; triton 3.9); 710 us at 1x8192x96 on the H200 against 858 on two warps (336 bytes) and "
                "1281 on four (8 bytes), the exact halves on two warps 1107 (bench/NOTES.md)")
+_SM90_STAGE = ("the stage on 128 columns (a K 128 head in one block) holds the [64, 128] q, k and g tiles with the "
+               "L2 norm's row sums: 255 registers and a 32 to 48-byte stack at K 128 (triton 3.9; on 64 columns 168 "
+               "registers and none); stage 498 -> 443 us at 1x8192x96 on the H200 with it (bench/NOTES.md)")
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA}),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA, "kda_stage_kernel": _SM90_STAGE}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
