@@ -76,13 +76,16 @@ def _spec(value):
     return type(value), value
 
 
-def signature(value):
-    """One argument's part of the key an entry keeps a signature's checks and launches by: a
+_HOST_VALUES = (int, float, str)
+
+
+def signatures(values) -> tuple:
+    """Each argument's part of the key an entry keeps a signature's checks and launches by: a
     tensor's dtype, shape, strides and device; else its type and its value (None, a number or a
-    string) or its identity."""
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.shape, value.stride(), value.device
-    return type(value), value if value is None or isinstance(value, (int, float, str)) else id(value)
+    string) or its identity. One comprehension for all (a function call an argument cost an entry
+    about a microsecond a call)."""
+    return tuple([(v.dtype, v.shape, v.stride(), v.device) if isinstance(v, torch.Tensor)
+                  else (type(v), v if v is None or isinstance(v, _HOST_VALUES) else id(v)) for v in values])
 
 
 class _Slot:
@@ -111,7 +114,10 @@ class Bound:
     tensors' alignments alone (their dtypes, and the device, are the signature's; slots
     that are not all tensors are keyed by what Triton specializes on), so a call pays for
     those alignments and Triton's launcher; `stream`, the raw handle of the current stream
-    where the caller has it (kernels.arch.raw_stream), spares the launcher asking.
+    where the caller has it (kernels.arch.raw_stream), spares the launcher asking. The
+    launcher gets every tensor by its address (an int): given a tensor, it would call its
+    data_ptr and ask the driver whether the address is device memory, a check the entries'
+    device checks have made once for the signature.
     """
 
     __slots__ = ("fn", "grid", "args", "constexprs", "options", "_places", "_prefix", "_head", "_grid3",
@@ -154,8 +160,10 @@ class Bound:
             self.fn[self.grid](*self._merged(values), **self.constexprs, **self.options)
             return
         try:
-            aligned = tuple([t.data_ptr() % 16 == 0 for t in values]) if _HIP_2GB is None else None
+            addresses = [t.data_ptr() for t in values]
+            aligned = tuple([a % 16 == 0 for a in addresses]) if _HIP_2GB is None else None
         except AttributeError:  # a slot that is not a tensor
+            addresses = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]
             aligned = None
         if aligned is None:
             aligned = tuple(map(_spec, values))
@@ -172,11 +180,13 @@ class Bound:
                 return
             if self._launcher_args is None:
                 rest = tuple(self.constexprs[name] for name in self.fn.arg_names[len(args):])
-                self._launcher_args = (*self.args, *rest)
+                # fixed tensors by address too (self.args keeps them alive)
+                self._launcher_args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a
+                                            for a in (*self.args, *rest))
                 self._after_slots = self._launcher_args[len(self._places):]
             runner = self._runners[aligned] = compiled[self._grid3]
         if self._prefix:
-            runner(*values, *self._after_slots, stream=stream)
+            runner(*addresses, *self._after_slots, stream=stream)
         else:
-            runner(*self._placed(self._launcher_args, values), stream=stream)
+            runner(*self._placed(self._launcher_args, addresses), stream=stream)
 

@@ -43,7 +43,7 @@ def test_bound_launches_take_leading_ints(monkeypatch):
     for n in (5, 5, 5):  # the KDA launches lead with tensors and ints
         bound(x, n, stream=7)
     assert [e[0] for e in kernel.events] == ["jit", "runner", "runner"]
-    assert kernel.events[-1] == ("runner", (x, 5, 3), 7)
+    assert kernel.events[-1] == ("runner", (x.data_ptr(), 5, 3), 7)  # a tensor goes to the launcher by address
 
 
 def test_bound_runners_follow_the_alignment(monkeypatch):
@@ -72,7 +72,23 @@ def test_bound_slots_between_fixed_arguments(monkeypatch):
     bound(x, y)
     bound(x, y)
     bound(z, x)
-    assert kernel.events == [("jit", (x, 5, y)), ("runner", (x, 5, y, 3), None), ("runner", (z, 5, x, 3), None)]
+    assert kernel.events == [("jit", (x, 5, y)), ("runner", (x.data_ptr(), 5, y.data_ptr(), 3), None),
+                             ("runner", (z.data_ptr(), 5, x.data_ptr(), 3), None)]
+
+
+def test_bound_fixed_tensors_go_by_address(monkeypatch):
+    """The launcher gets every tensor as an int (it would query the driver about a tensor's memory on
+    every launch), the fixed ones too, and the Bound keeps those alive."""
+    monkeypatch.setattr(arch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    kernel = _Kernel4()
+    table = torch.arange(4)
+    bound = launch.Bound(kernel, (1,), (launch.SLOT, 5, table), {"C": 3}, {"num_warps": 1})
+    x = torch.zeros(4)
+    bound(x)
+    bound(x)
+    assert kernel.events[-1] == ("runner", (x.data_ptr(), 5, table.data_ptr(), 3), None)
+    assert any(a is table for a in bound.args)
 
 
 def test_bound_slots_are_merged_when_recorded():
