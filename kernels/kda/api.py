@@ -199,15 +199,17 @@ def _check_slots(state_indices, num_slots):
         raise ValueError(f"state_indices: expected distinct slots in [0, {num_slots}), got {slots}")
 
 
-def _buffer(workspace, name, need, dtype, device):
-    """workspace[name], (re)allocated when missing or too small: a flat buffer of at least `need`
-    elements. The kernels index it from its base pointer (the layouts in kernels.kda.prepare), so a
-    call passes it whole, without a view a call."""
-    buf = workspace.get(name)
-    if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < need:
-        buf = torch.empty(max(need, 1), dtype=dtype, device=device)
-        workspace[name] = buf
-    return buf
+def _buffers(workspace, layouts, device) -> dict:
+    """{name: workspace[name]} for each (elements, dtype) of `layouts`, (re)allocated where missing
+    or too small: flat buffers of at least that many elements. The kernels index each from its base
+    pointer (the layouts in kernels.kda.prepare), so a call passes it whole, without a view a call."""
+    got = {}
+    for name, (need, dtype) in layouts.items():
+        buf = workspace.get(name)
+        if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < need:
+            buf = workspace[name] = torch.empty(max(need, 1), dtype=dtype, device=device)
+        got[name] = buf
+    return got
 
 
 def _contiguous(shape):
@@ -314,12 +316,11 @@ def flash_kda_fwd(
     if validate is not None and validate is not True and validate is not False:
         arch.data_checks(validate)  # raises, naming the argument
     offsets = _offsets_key(cu_seqlens, cu_seqlens_cpu)
-    key = (*map(_launch.signature, (q, k, v, g, beta, A_log, dt_bias, initial_state, state_cache, state_indices,
-                              has_initial_state, out, cu_seqlens)),
-           offsets, _launch.signature(cu_seqlens_cpu) if offsets is None else None,
-           *map(_launch.signature, (scale, output_final_state, gate, lower_bound, beta_sigmoid, qk_l2norm,
-                              state_v_first, chunks_per_segment)),
-           type(workspace), validate, arch.planned_target(), *_plan_env(),
+    key = (*_launch.signatures((q, k, v, g, beta, A_log, dt_bias, initial_state, state_cache, state_indices,
+                                has_initial_state, out, cu_seqlens, cu_seqlens_cpu if offsets is None else None,
+                                scale, output_final_state, gate, lower_bound, beta_sigmoid, qk_l2norm,
+                                state_v_first, chunks_per_segment)),
+           offsets, type(workspace), validate, arch.planned_target(), *_plan_env(),
            # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
            _prepare, _chunk, _meta, _plan, _tuning, _launch, arch)
     call = _CALLS.get(key)
@@ -340,7 +341,7 @@ def flash_kda_fwd(
         out = torch.empty(call.o_shape, dtype=call.dtype, device=device)
     final = None if call.final_shape is None else torch.empty(call.final_shape, dtype=torch.float32, device=device)
     workspace = {} if workspace is None else workspace
-    ws = {name: _buffer(workspace, name, *layout, device) for name, layout in call.buffers.items()}
+    ws = _buffers(workspace, call.buffers, device)
     init = initial_state if initial_state is not None else out
     fin = final if final is not None else out
     state = (state_cache, state_indices, has_initial_state.to(torch.int32)) if state_cache is not None else (out,)

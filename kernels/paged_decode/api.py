@@ -104,12 +104,32 @@ def _scale_args(name, value, device, nb, hkv, bs):
     return True, value.stride()
 
 
-def _scale_tensor(value, device) -> torch.Tensor:
-    """A scale as the kernel reads it: the caller's tensor, or a new one-element tensor for a number
-    (made on every call: a tensor kept from a call under CUDA-graph capture would never be filled)."""
+_SCALES: dict = {}  # (device, stream, number) -> its one-element tensor
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether `device`'s current stream is capturing a CUDA graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _scale_tensor(value, device, stream: int) -> torch.Tensor:
+    """A scale as the kernel reads it: the caller's tensor, or a one-element tensor holding a number
+    (None: 1.0). That tensor is kept per (device, stream, number), filled on that stream, so every later
+    call on it reads it in order (a fill costs a launch); one made under CUDA-graph capture is not
+    kept, since the graph's fill runs only when the graph does."""
     if isinstance(value, torch.Tensor):
         return value
-    return torch.full((1,), 1.0 if value is None else float(value), dtype=torch.float32, device=device)
+    number = 1.0 if value is None else float(value)
+    key = (device, stream, number)
+    kept = _SCALES.get(key)
+    if kept is not None:
+        return kept
+    made = torch.full((1,), number, dtype=torch.float32, device=device)
+    if not _capturing(device):
+        if len(_SCALES) > 256:
+            _SCALES.clear()
+        _SCALES[key] = made
+    return made
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +211,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     if validate is not None and validate is not True and validate is not False:
         _arch.data_checks(validate)  # raises, naming the argument
     tensors = (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)
-    key = (*map(_launch.signature, tensors),
+    key = (*_launch.signatures(tensors),
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
            type(partition_size), partition_size, type(force_split), force_split, type(workspace), validate,
            _arch.planned_target(), *_plan_env(),
@@ -212,9 +232,9 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
 
     if call.fp8_bits:
         key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
-    ks, vs = _scale_tensor(k_scale, call.device), _scale_tensor(v_scale, call.device)
     with _arch.on_device(call.device):
         stream = _arch.raw_stream(call.device)
+        ks, vs = _scale_tensor(k_scale, call.device, stream), _scale_tensor(v_scale, call.device, stream)
         if call.reduce is not None:
             store = workspace if workspace is not None else _workspace.default_store(call.device, stream)
             m_ws, l_ws, acc_ws = _workspace.acquire(store, call.device, *call.workspace)
