@@ -464,3 +464,31 @@ def test_the_reduce_folds_blocks_within_the_tables_size():
     assert (many.n_part, many.reduce_dims, many.reduce_unroll) == (3, 32, 4)
     onepass = decode_plan.plan_decode(num_seqs=1, **{**common, "force_split": False})
     assert (onepass.reduce_dims, onepass.reduce_unroll) == (0, 0)
+
+
+def test_a_number_scale_is_one_kept_tensor_per_stream(inputs):
+    """A float scale becomes a one-element tensor made once per (device, stream, value) and read by
+    every later call, not filled again on every call; the output is the tensor scale's."""
+    from kernels.paged_decode import api
+
+    device = inputs.query.device
+    first = api._scale_tensor(0.5, device, 0)
+    assert api._scale_tensor(0.5, device, 0) is first and first.item() == 0.5
+    assert api._scale_tensor(0.5, device, 1) is not first  # another stream fills its own
+    assert api._scale_tensor(None, device, 0).item() == 1.0
+    case = decode_cases.DecodeCase("e4m3fn", "tensor", 16, 8, 2, 64, 0, (40, 9), 1, "shuffled", "onepass")
+    x = decode_cases.build(case, device, 1234)
+    want = _call(x).clone()
+    for _ in range(2):
+        assert torch.equal(_call(x, k_scale=x.k_scale.item(), v_scale=x.v_scale.item()), want)
+
+
+def test_a_scale_made_under_graph_capture_is_not_kept(monkeypatch, inputs):
+    """Under capture the fill runs only when the graph replays: that tensor must not serve later calls."""
+    from kernels.paged_decode import api
+
+    monkeypatch.setattr(api, "_capturing", lambda device: True)
+    device = inputs.query.device
+    made = api._scale_tensor(0.25, device, 7)
+    assert api._scale_tensor(0.25, device, 7) is not made
+    assert (device, 7, 0.25) not in api._SCALES
