@@ -131,6 +131,11 @@ _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with 
 # (1986) gains; 32 x 590 (1144) gains less than with 128-key ones (_HALF). bench/NOTES.md. The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
 # _FULL is where it starts, fewer keys are not measured.
 _FULL = 1536
+# Pipelining stages of the one-warp row of two-byte caches (bf16, fp16; fp8 takes the rows before it): 7
+# gave the loop's chained loads (block id, then K and V) buffers enough to overlap on the H200 (8 x 8192 /
+# 4096 bf16 72.6 -> 68.6 us, 0.944; 5 stages on the fp8 rows lost 1.19x to 1.25x where the device is full:
+# fewer programs an SM). bench/NOTES.md.
+_TWO_BYTE_STAGES = 7
 # Programs per SM a one-pass launch of a one-warp row needs on sm90: 512 programs on 132 SMs (3.9) beat
 # four warps (262.6 against 307.4 us at 64 x 8192 / 4096); 256 (1.9) lost (42.8 against 33.5 at 32 x 590),
 # 64 (0.5) too (233.5 against 114.6 at 8 x 8192). Below it the auto path splits.
@@ -164,7 +169,8 @@ TABLES = {
                              LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_HALF,
                                           keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
                                           partition_size=128, spills=_SM90_CAP),
-                             LaunchConfig(128, 16, 1, 4, max_rows=8, max_elem=2, min_work=_FULL, keys_m=True,
+                             LaunchConfig(128, 16, 1, _TWO_BYTE_STAGES, max_rows=8, max_elem=2, min_work=_FULL,
+                                          keys_m=True,
                                           programs_per_cu=8, min_programs=_ONE_PASS, spills=_SM90_KEYS_M),
                              LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
                              LaunchConfig(256, 32, 2, 3, max_rows=8, max_elem=1, min_work=_FULL // 2, keys_m=True,
