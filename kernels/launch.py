@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from triton import knobs
 
 from kernels import arch
 
@@ -86,6 +87,29 @@ def signatures(values) -> tuple:
     about a microsecond a call)."""
     return tuple([(v.dtype, v.shape, v.stride(), v.device) if isinstance(v, torch.Tensor)
                   else (type(v), v if v is None or isinstance(v, _HOST_VALUES) else id(v)) for v in values])
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook of Triton's (a chain of them, or a function) would run."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _launcher(compiled, grid: tuple):
+    """Triton's launch of a compiled kernel on `grid` (compiled[grid]), minus what it does for
+    launch hooks while none is registered: its runner builds the hooks' launch metadata and the
+    launcher calls both hook chains, empty or not, on every launch. With a hook registered the
+    runner launches, so profilers that hook launches still see ours."""
+    runner = compiled[grid]
+    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    gx, gy, gz = grid
+
+    def launch(*args, stream):
+        hooks = knobs.runtime
+        if stream is None or _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+            runner(*args, stream=stream)
+        else:
+            run(gx, gy, gz, stream, function, packed, None, None, None, *args)
+    return launch
 
 
 class _Slot:
@@ -184,7 +208,7 @@ class Bound:
                 self._launcher_args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a
                                             for a in (*self.args, *rest))
                 self._after_slots = self._launcher_args[len(self._places):]
-            runner = self._runners[aligned] = compiled[self._grid3]
+            runner = self._runners[aligned] = _launcher(compiled, self._grid3)
         if self._prefix:
             runner(*addresses, *self._after_slots, stream=stream)
         else:

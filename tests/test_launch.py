@@ -21,6 +21,12 @@ class _Kernel:
 
 
 class _Compiled:
+    """Stands for Triton's CompiledKernel: compiled[grid] is its runner (which serves launch hooks),
+    run(...) its launcher, taking the grid, stream, function, metadata, hook metadata and hooks."""
+
+    function = 11
+    packed_metadata = (1, 1, 0)
+
     def __init__(self, kernel):
         self.kernel = kernel
 
@@ -28,6 +34,10 @@ class _Compiled:
         def runner(*args, stream=None):
             self.kernel.events.append(("runner", args, stream))
         return runner
+
+    def run(self, gx, gy, gz, stream, function, packed, hook_metadata, enter, leave, *args):
+        assert (function, packed, hook_metadata, enter, leave) == (11, (1, 1, 0), None, None, None)
+        self.kernel.events.append(("run", args, stream))
 
 
 def _bound(monkeypatch):
@@ -42,8 +52,27 @@ def test_bound_launches_take_leading_ints(monkeypatch):
     x = torch.zeros(8)
     for n in (5, 5, 5):  # the KDA launches lead with tensors and ints
         bound(x, n, stream=7)
-    assert [e[0] for e in kernel.events] == ["jit", "runner", "runner"]
-    assert kernel.events[-1] == ("runner", (x.data_ptr(), 5, 3), 7)  # a tensor goes to the launcher by address
+    assert [e[0] for e in kernel.events] == ["jit", "run", "run"]
+    assert kernel.events[-1] == ("run", (x.data_ptr(), 5, 3), 7)  # a tensor goes to the launcher by address
+
+
+def test_bound_launches_through_the_runner_while_a_launch_hook_is_registered(monkeypatch):
+    """Without hooks a launch skips the runner's hook metadata; with one, Triton's runner launches
+    (so a profiler that hooks launches sees ours), and the direct launch comes back after."""
+    from triton import knobs
+
+    kernel, bound = _bound(monkeypatch)
+    x = torch.zeros(8)
+    bound(x, 5, stream=7)
+    seen = []
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        bound(x, 5, stream=7)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    bound(x, 5, stream=7)
+    assert [e[0] for e in kernel.events] == ["jit", "runner", "run"]
 
 
 def test_bound_runners_follow_the_alignment(monkeypatch):
