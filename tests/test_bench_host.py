@@ -1,0 +1,32 @@
+"""bench.host on a machine without a GPU: its interleaved rounds, its lines, and its refusal."""
+
+import pytest
+import torch
+
+from bench import host
+
+
+def test_rounds_time_every_variant_forward_then_backward_and_take_medians(monkeypatch):
+    order = []
+    times = {"a": iter([10.0, 30.0, 20.0, 99.0]), "b": iter([5.0, 6.0, 7.0, 8.0])}
+
+    def fake_host_us(fn, calls, batches):
+        order.append(fn())
+        return next(times[order[-1]])
+
+    monkeypatch.setattr(host, "host_us", fake_host_us)
+    got = host.rounds({"a": lambda: "a", "b": lambda: "b"}, calls=3, count=2)
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert got == {"a": 25.0, "b": 6.5}
+
+
+def test_a_line_gives_each_time_and_ours_over_base():
+    text = host.line("decode", "1x8192/w4096", {"ours": 30.0, "base": 40.0})
+    assert "ours 30.0 | base 40.0 | ours / base 0.750" in text
+    assert "ours / base" not in host.line("kda", "1x1024x12", {"ours": 90.0})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_it_says_so(capsys):
+    assert host.main([]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
