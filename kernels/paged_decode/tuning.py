@@ -132,9 +132,9 @@ _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with 
 # _FULL is where it starts, fewer keys are not measured.
 _FULL = 1536
 # Pipelining stages of the one-warp row of two-byte caches (bf16, fp16; fp8 takes the rows before it): 7
-# gave the loop's chained loads (block id, then K and V) buffers enough to overlap on the H200 (8 x 8192 /
-# 4096 bf16 72.6 -> 68.6 us, 0.944; 5 stages on the fp8 rows lost 1.19x to 1.25x where the device is full:
-# fewer programs an SM). bench/NOTES.md.
+# give the loop's chained loads (block id, then K and V) buffers enough to overlap on the H200 (8 x 8192 /
+# 4096 bf16 73.3 -> 69.9 us, 0.954, against 4; 5 stages on the fp8 rows lost 1.19x to 1.25x where the device
+# is full: fewer programs an SM). bench/NOTES.md.
 _TWO_BYTE_STAGES = 7
 # Programs per SM a one-pass launch of a one-warp row needs on sm90: 512 programs on 132 SMs (3.9) beat
 # four warps (262.6 against 307.4 us at 64 x 8192 / 4096); 256 (1.9) lost (42.8 against 33.5 at 32 x 590),
