@@ -97,6 +97,8 @@ def main(argv=None) -> int:
     p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
     p.add_argument("--baseline", default=None, metavar="DIR", help="the entries of the checkout at DIR too")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds: expected at least 1, got {args.rounds}")
     if not torch.cuda.is_available():
         print("bench.host: needs a GPU", file=sys.stderr)
         return 2

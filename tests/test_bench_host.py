@@ -30,3 +30,10 @@ def test_a_line_gives_each_time_and_ours_over_base():
 def test_without_a_gpu_it_says_so(capsys):
     assert host.main([]) == 2
     assert "needs a GPU" in capsys.readouterr().err
+
+
+def test_rounds_below_one_are_refused_naming_the_option(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        host.main(["--rounds", "0"])
+    assert exit_.value.code == 2
+    assert "--rounds: expected at least 1, got 0" in capsys.readouterr().err
