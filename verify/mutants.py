@@ -30,8 +30,10 @@ from cases import regressions
 @dataclass(frozen=True)
 class Mutant:
     """name; module: the module mutated; holder.attr: where the public entry reaches it, replaced
-    by the mutated module (or by its member `take`); old/new: the snippet with the fix and without.
-    The regression of the same name is the case that must catch it."""
+    by the mutated module (or by its member `take`); through: where a kernel module takes its
+    helpers from the mutated one, the module loaded again against it and put at holder.attr
+    instead; old/new: the snippet with the fix and without. The regression of the same name is the
+    case that must catch it."""
 
     name: str
     module: str
@@ -40,6 +42,7 @@ class Mutant:
     old: str
     new: str
     take: str | None = None
+    through: str | None = None
 
 
 _API = "kernels.paged_decode.api"
@@ -202,16 +205,30 @@ def mutated_source(mutant: Mutant) -> str:
     return source.replace(mutant.old, mutant.new)
 
 
-def _mutated_module(mutant: Mutant, folder: Path):
-    mutated = mutated_source(mutant)
-    path = folder / f"{mutant.module.rsplit('.', 1)[-1]}_{mutant.name.replace('-', '_')}.py"
-    path.write_text(mutated)
-    name = f"_quantfloor_mutant_{mutant.name.replace('-', '_')}"
+def _loaded(name: str, path) -> object:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _mutated_module(mutant: Mutant, folder: Path):
+    mutated = mutated_source(mutant)
+    path = folder / f"{mutant.module.rsplit('.', 1)[-1]}_{mutant.name.replace('-', '_')}.py"
+    path.write_text(mutated)
+    module = _loaded(f"_quantfloor_mutant_{mutant.name.replace('-', '_')}", path)
+    if mutant.through is None:
+        return module
+    # the module that imports the mutated one, loaded again while the mutated one stands in its name
+    real = sys.modules[mutant.module]
+    sys.modules[mutant.module] = module
+    try:
+        return _loaded(f"_quantfloor_mutant_{mutant.name.replace('-', '_')}_through",
+                       importlib.import_module(mutant.through).__file__)
+    finally:
+        sys.modules[mutant.module] = real
+        sys.modules.pop(module.__name__, None)
 
 
 @contextmanager
