@@ -79,6 +79,16 @@ DECODE_REGRESSIONS = (
     Regression("v-scale-strides",
                "per-token V scales were read with the K scales' strides",
                case=_decode(lens=(70, 33), path="onepass", tag="vstrides")),
+    Regression("arrivals-not-reset",
+               "a split's last program to arrive folded the partitions but left the row tile's counter "
+               "where it stood, so the next call on that scratch counted past the last arrival and "
+               "nothing folded: its output kept what it held",
+               probe="arrivals_reset"),
+    Regression("fold-before-last-arrival",
+               "the program before the last to arrive folded, without the last partition's keys when "
+               "it came late, and left the counter at 1; each later call on that scratch folded one "
+               "arrival earlier, until none folded",
+               probe="arrivals_reset"),
     Regression("reduce-batch-stride",
                "the reduce read partials with a wrong batch stride, folding every sequence onto "
                "sequence 0 (batch-1 tests still passed)",
@@ -124,8 +134,8 @@ DECODE_REGRESSIONS = (
                "program that takes only the first tile leaves the other rows unwritten",
                case=_decode(hq=32, hkv=2, q=8, lens=(90, 40), path="split", cu=64, tag="rowtiles")),
     Regression("reduce-over-kv-heads-only",
-               "with the query split (few sequences, MTP) a kv head's rows run as several tiles; a reduce "
-               "launched once per kv head merges only part of them",
+               "with the query split (few sequences, MTP) a kv head's rows run as several tiles; a fold "
+               "run once per kv head (its last program to arrive) merges only part of them",
                case=_decode(hq=32, hkv=4, q=4, lens=(300, 120), path="split", cu=256, tag="qsplit")),
     Regression("head-padding-unmasked",
                "a head size of 192 runs in 256-wide tiles; unmasked, the padding dims read the next "

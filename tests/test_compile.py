@@ -294,21 +294,28 @@ def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
     assert missing.returncode == 2 and "--reuse: expected a report written by quantfloor compile --json" in missing.stderr
 
 
-def test_the_reduce_rounds_every_lane_alike():
-    """The split's reduce holds a row's m and l in several lanes (a partition sum crosses lanes, then
-    is exchanged through shared memory to meet acc's layout). Contracting a lane's own product into
-    that cross-lane add (an fma) rounds its term and not its partner's, so the copies differ by an
-    ulp and lanes write different values to one shared address: racecheck's WAW hazard on the
-    H200 (reduce.py's final division, triton 3.6). Compiled for sm90, no fma is left in the reduce
-    (AMD's IEEE division is made of fmas, so the count there says nothing)."""
+def test_the_split_orders_its_partials_before_the_last_arrival():
+    """A split's partition programs store their partials, meet at a barrier, and one thread adds to
+    the row tile's counter with acquire-release semantics at GPU scope; the last to arrive folds
+    (kernels/paged_decode/reduce.py). Compiled, that is a barrier then the atomic on sm90, and on
+    gfx942 the L2 written back and waited for before the atomic and invalidated after it (red with
+    the atomic's `sem` relaxed, or without the barrier)."""
     case = "decode-e4m3fn-token-b16-hq32-hkv4-d64-w0-L300_120-q4-shuffled-cu256-qsplit-split"
     code = ("from verify import adapters, binaries, targets\n"
-            "target = targets.TARGETS['sm90']\n"
             f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
-            "launch = next(l for l in adapters.planned_launches(inputs, arch='sm90', cus=target.cus)\n"
-            "              if l.fn.__name__ == 'decode_reduce_kernel')\n"
-            "print(binaries.compiled(launch, target)[0].asm['ptx'].count('fma.rn.f32'))\n")
+            "for name, kind in (('sm90', 'ptx'), ('gfx942', 'amdgcn')):\n"
+            "    target = targets.TARGETS[name]\n"
+            "    launch = next(l for l in adapters.planned_launches(inputs, arch=name, cus=target.cus)\n"
+            "                  if l.constexprs['SPLIT'])\n"
+            "    lines = [l.strip() for l in binaries.compiled(launch, target)[0].asm[kind].splitlines()]\n"
+            "    at = next(i for i, l in enumerate(lines) if 'atom' in l and 'add' in l)\n"
+            "    print(name, '|'.join(lines[at - 30:at + 3]))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "0"
+    found = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines()[-2:])
+    sm90 = found["sm90"].split("|")  # the atomic is line 30 of each
+    assert "atom.global.gpu.acq_rel.add.u32" in sm90[30] and any(l.startswith("bar.sync") for l in sm90[:30])
+    gfx942 = found["gfx942"].split("|")
+    assert gfx942[28:30] == ["buffer_wbl2 sc1", "s_waitcnt vmcnt(0)"] and gfx942[30].startswith("global_atomic_add")
+    assert gfx942[31:33] == ["s_waitcnt vmcnt(0)", "buffer_inv sc1"] and "s_barrier" in gfx942[:28]

@@ -138,20 +138,34 @@ def test_split_arch_env(monkeypatch):
 
 def test_workspace_grows_only_and_keeps_replaced_buffers(device):
     store = {}
-    m, l, acc = workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 64))
+    m, l, acc, count = workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 64), 16)
     assert store["allocations"] == 1 and m.shape == (2, 8, 16, 4) and acc.shape == (2, 8, 16, 4, 64)
     first_acc = store["acc"]
-    workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 32))
+    workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 32), 16)
     assert store["allocations"] == 1
-    workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 128))
+    workspace.acquire(store, device, (2, 8, 16, 4), (2, 8, 16, 4, 128), 16)
     assert store["allocations"] == 2 and store["acc"].numel() == 2 * 8 * 16 * 4 * 128
     assert any(t is first_acc for t in store["retired"])
 
 
+def test_workspace_counters_are_int32_zeros_and_grow_zeroed(device):
+    """The row tiles' arrival counters come zeroed (the kernel's last arrival only sets them back),
+    and a store that needs more of them gets a new zeroed buffer and keeps the old one (a graph may
+    hold it)."""
+    store = {}
+    count = workspace.acquire(store, device, (1, 2, 4, 4), (1, 2, 4, 4, 64), 2)[3]
+    assert count.dtype == torch.int32 and count.shape == (2,) and not count.any()
+    first = store["count"]
+    grown = workspace.acquire(store, device, (1, 2, 4, 4), (1, 2, 4, 4, 64), 6)[3]
+    assert grown.shape == (6,) and not grown.any() and store["allocations"] == 2
+    assert any(t is first for t in store["retired"])
+
+
 def test_workspace_replaces_tensors_of_another_device(device):
     store = {"ml": torch.empty(10, device="meta"), "acc": torch.empty(10, device="meta")}
-    m, _, acc = workspace.acquire(store, device, (1, 1, 1, 2), (1, 1, 1, 2, 4))
+    m, _, acc, count = workspace.acquire(store, device, (1, 1, 1, 2), (1, 1, 1, 2, 4), 1)
     assert m.device.type == torch.device(device).type and acc.device.type == torch.device(device).type
+    assert count.device.type == torch.device(device).type
 
 
 def test_auto_without_split_equals_onepass_bit_for_bit(device, monkeypatch):
@@ -362,9 +376,9 @@ def test_a_signature_is_planned_again_when_the_environment_the_plan_reads_change
     assert (whole.constexprs["M_PAD"], whole.grid[1]) == (32, 2)  # one 32-row tile a kv head
     assert (spread.constexprs["M_PAD"], spread.grid[1]) == (16, 4)  # the query split: two 16-row tiles
     monkeypatch.delenv("CU_NUM")
-    assert len(_meta_launches(None)) == 2  # sm90 splits: partition + reduce
+    assert [one.constexprs["SPLIT"] for one in _meta_launches(None)] == [True]  # sm90 splits, in one launch
     monkeypatch.setenv("QUANTFLOOR_SPLIT_ARCH", "gfx950")
-    assert len(_meta_launches(None)) == 1
+    assert [one.constexprs["SPLIT"] for one in _meta_launches(None)] == [False]
 
 
 def test_validate_is_part_of_the_signature(monkeypatch):
@@ -421,7 +435,8 @@ def test_an_entry_call_without_a_partition_size_takes_the_launch_tables():
 
 def test_wide_heads_run_as_dim_slices_of_the_tables_width():
     """D 1024 on sm90 takes 256-dim slices: four programs per (kv head, row tile), each weighing a
-    256-dim slice of V (DV); D 256 stays whole (red without the slices in the grid or in DV)."""
+    256-dim slice of V (DV), in the one launch of the split; D 256 stays whole (red without the
+    slices in the grid or in DV)."""
     from kernels import launch
 
     grids = {}
@@ -431,10 +446,8 @@ def test_wide_heads_run_as_dim_slices_of_the_tables_width():
         with arch.planned("sm90", 132), launch.recorded() as calls:
             paged_attention_decode(meta.out, meta.query, meta.key_cache, meta.value_cache, meta.block_tables,
                                    meta.seq_lens, meta.scale, meta.k_scale, meta.v_scale, 0, force_split=True)
-        partition = next(one for one in calls if one.fn.__name__ == "decode_partition_kernel")
-        reduce = next(one for one in calls if one.fn.__name__ == "decode_reduce_kernel")
-        grids[d] = (partition.grid[1], reduce.grid[1], partition.constexprs["DV"])
-    assert grids == {256: (2, 2, 256), 1024: (8, 2, 256)}
+        grids[d] = [(one.fn.__name__, one.grid[1], one.constexprs["DV"]) for one in calls]
+    assert grids == {256: [("decode_partition_kernel", 2, 256)], 1024: [("decode_partition_kernel", 8, 256)]}
 
 
 def test_sliced_rows_walk_long_heads_in_one_pass_where_their_slices_fill_the_device():
@@ -452,18 +465,21 @@ def test_sliced_rows_walk_long_heads_in_one_pass_where_their_slices_fill_the_dev
     assert narrow.split
 
 
-def test_the_reduce_folds_blocks_within_the_tables_size():
-    """sm90's reduce: 32 dims a program and a [partitions, rows, dims] block of at most 4096 elements
-    a step, never more partitions than there are (1 x 8192 / 4096: 17 of 16 rows, 8 a step; 64 x
-    8192: 3, 4 a step)."""
+def test_the_fold_loads_partitions_within_the_tables_block():
+    """sm90's fold: the rows that exist (GQA 4: 4 of a tile of 16 or 8), the whole head (128 dims) a
+    pass and at most 2048 elements a warp a step (1 x 8192 / 4096: 17 partitions on four warps, 16
+    a step; 64 x 8192: 3 on one warp, 4 a step: never more than there are, rounded to a power of
+    two)."""
     common = dict(num_kv_heads=8, max_seq_len=8192, num_queries=1, window=4096, block_size=16, partition_size=None,
                   cu=132, arch="sm90", force_split=None, group=4, head_dim=128)
     one = decode_plan.plan_decode(num_seqs=1, **common)
     many = decode_plan.plan_decode(num_seqs=64, **common)
-    assert (one.n_part, one.m_pad, one.reduce_dims, one.reduce_unroll) == (17, 16, 32, 8)
-    assert (many.n_part, many.reduce_dims, many.reduce_unroll) == (3, 32, 4)
+    assert (one.n_part, one.m_pad, one.launch.num_warps) == (17, 16, 4)
+    assert (one.merge_rows, one.merge_dims, one.merge_unroll) == (4, 128, 16)
+    assert (many.n_part, many.m_pad, many.launch.num_warps) == (3, 8, 1)
+    assert (many.merge_rows, many.merge_dims, many.merge_unroll) == (4, 128, 4)
     onepass = decode_plan.plan_decode(num_seqs=1, **{**common, "force_split": False})
-    assert (onepass.reduce_dims, onepass.reduce_unroll) == (0, 0)
+    assert (onepass.merge_rows, onepass.merge_dims, onepass.merge_unroll) == (0, 0, 0)
 
 
 def test_a_number_scale_is_one_kept_tensor_per_stream(inputs):

@@ -46,6 +46,7 @@ class Mutant:
 
 
 _API = "kernels.paged_decode.api"
+_PARTITION = "kernels.paged_decode.partition"
 _KDA = "kernels.kda.api"
 # The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
 _KS_LOAD = ("        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot\n"
@@ -100,15 +101,21 @@ MUTANTS = (
            "v = tl.where(tl.expand_dims(keys, KA) < table_hi, v, 0.0)"),
     Mutant("nan-unused-v-scales", "kernels.paged_decode.partition", _API, "_partition",
            "vs = tl.where(keys < kv_hi, vs, 0.0)", "vs = vs"),
-    Mutant("empty-partitions", "kernels.paged_decode.reduce", _API, "_reduce",
-           "seen = l_j > 0", "seen = l_j == l_j"),
+    Mutant("empty-partitions", "kernels.paged_decode.reduce", _API, "_partition",
+           "mask=wrote[:, None] & cell_ok", "mask=in_part[:, None] & cell_ok", through=_PARTITION),
+    Mutant("arrivals-not-reset", "kernels.paged_decode.reduce", _API, "_partition",
+           '        tl.atomic_xchg(count_ptr + group, 0, sem="relaxed", scope="gpu")\n', "        pass\n",
+           through=_PARTITION),
+    Mutant("fold-before-last-arrival", "kernels.paged_decode.reduce", _API, "_partition",
+           "last = ticket == arrivals - 1", "last = ticket == arrivals - 2", through=_PARTITION),
     Mutant("cu-num-ignored", "kernels.arch", _API, "_arch",
            'env = os.environ.get("CU_NUM")', "env = None"),
     Mutant("v-scale-strides", _API, "kernels.paged_decode", "paged_attention_decode",
            "*call.ks_st, *call.vs_st, *ws_strides)", "*call.ks_st, *call.ks_st, *ws_strides)",
            take="paged_attention_decode"),
-    Mutant("reduce-batch-stride", "kernels.paged_decode.reduce", _API, "_reduce",
-           "ws_base = seq.to(tl.int64) * ws_seq + kvh * ws_head", "ws_base = kvh * ws_head"),
+    Mutant("reduce-batch-stride", _PARTITION, _API, "_partition",
+           "fold_partitions(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile,",
+           "fold_partitions(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, kvh * ws_head,"),
     Mutant("window-off-by-one", "kernels.paged_decode.partition", _API, "_partition",
            "row_lo = tl.maximum(row_hi - window, 0)", "row_lo = tl.maximum(row_hi - window + 1, 0)"),
     Mutant("graph-growth", "kernels.paged_decode.workspace", _API, "_workspace",
@@ -119,10 +126,10 @@ MUTANTS = (
            "    return value\n", "    return tl.where((raw & 0x78) == 0, 0.0, value)\n"),
     Mutant("row-tiles-ignored", "kernels.paged_decode.partition", _API, "_partition",
            "rows = (head_tile % ROW_TILES) * M_PAD + tl.arange(0, M_PAD)", "rows = tl.arange(0, M_PAD)"),
-    Mutant("reduce-over-kv-heads-only", _API, "kernels.paged_decode", "paged_attention_decode",
-           "_launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, ",
-           "_launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, num_kv_heads, ",
-           take="paged_attention_decode"),
+    Mutant("reduce-over-kv-heads-only", _PARTITION, _API, "_partition",
+           "if last_to_arrive(count_ptr, seq * (tl.num_programs(1) // SLICES) + head_tile, n_part * SLICES):",
+           "if last_to_arrive(count_ptr, seq * (tl.num_programs(1) // (SLICES * ROW_TILES)) + kvh,\n"
+           "                          n_part * SLICES * ROW_TILES):"),
     Mutant("head-padding-unmasked", "kernels.paged_decode.partition", _API, "_partition",
            "        cell_ok = cell_ok & tl.expand_dims(dims < D_REAL, RA)\n", "        cell_ok = cell_ok\n"),
     Mutant("running-max-from-zero", "kernels.paged_decode.partition", _API, "_partition",

@@ -61,6 +61,22 @@ def head_churn(reg, device) -> Verdict:
     return _judge_all(reg, runs, started, detail={"allocations": store.get("allocations", 0)})
 
 
+def arrivals_reset(reg, device) -> Verdict:
+    """Split calls one after another on one scratch store, each into a NaN output: six of one shape
+    (5 partitions a row tile), then one with another count of row tiles (MTP). Each call must find
+    the row tiles' counters at zero. A counter a call leaves at c > 0 moves the fold of the next
+    call c arrivals early (a race the device may win) and, once c reaches the partition count,
+    leaves no program to fold: six calls make that certain, whatever the timing."""
+    started = time.perf_counter()
+    store = {}
+    runs = []
+    for case in (_case(lens=(300, 120)),) * 6 + (_case(hq=32, hkv=2, q=4, lens=(200, 90, 60)),):
+        inputs = _inputs(case, device, str(len(runs)))
+        out = torch.full_like(inputs.out, float("nan"))
+        runs.append((inputs, adapters.decode_call(inputs, path="split", workspace=store, out=out)))
+    return _judge_all(reg, runs, started)
+
+
 def shape_churn(reg, device) -> Verdict:
     """Partition counts 12/16/20 alternating over 7 calls allocate scratch at most twice."""
     started = time.perf_counter()
@@ -101,7 +117,7 @@ def two_streams(reg, device) -> Verdict:
     The default store seen from each stream must be its own. Then the race:
     the second stream starts later each round (a sleep swept over the first
     call's duration), so some round lands its partition writes inside the
-    first call's partition-to-reduce window if the two share scratch.
+    first call's window between its partial writes and its fold if the two share scratch.
     """
     started = time.perf_counter()
     case = _case(hq=32, hkv=8, d=128, lens=(16384,) * 4, window=0, partition=256, cu=132)

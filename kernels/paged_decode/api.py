@@ -19,7 +19,6 @@ from kernels import arch as _arch
 from kernels import launch as _launch
 from kernels.paged_decode import partition as _partition
 from kernels.paged_decode import plan as _plan
-from kernels.paged_decode import reduce as _reduce
 from kernels.paged_decode import tuning as _tuning
 from kernels.paged_decode import validate as _validate
 from kernels.paged_decode import workspace as _workspace
@@ -155,9 +154,8 @@ class _Call:
     data_checks: bool  # every call checks the tables and lengths on the host (kernels.arch.data_checks)
     elem: int  # the caches' element size in bytes
     constexprs: dict
-    partition: _launch.Bound | None = None  # from _bound: the launches of this signature
-    reduce: _launch.Bound | None = None
-    workspace: tuple | None = None  # (m and l shape, acc shape) of the split's scratch
+    partition: _launch.Bound | None = None  # from _bound: the launch of this signature
+    workspace: tuple | None = None  # (m and l shape, acc shape, counters) of the split's scratch
 
 
 _CALLS: dict = {}
@@ -216,7 +214,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
            type(partition_size), partition_size, type(force_split), force_split, type(workspace), validate,
            _arch.planned_target(), *_plan_env(),
            # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
-           _partition, _reduce, _plan, _tuning, _arch)
+           _partition, _plan, _tuning, _arch)
     call = _CALLS.get(key)
     if call is None:
         call = _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
@@ -235,21 +233,20 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     with _arch.on_device(call.device):
         stream = _arch.raw_stream(call.device)
         ks, vs = _scale_tensor(k_scale, call.device, stream), _scale_tensor(v_scale, call.device, stream)
-        if call.reduce is not None:
+        if call.workspace is not None:
             store = workspace if workspace is not None else _workspace.default_store(call.device, stream)
-            m_ws, l_ws, acc_ws = _workspace.acquire(store, call.device, *call.workspace)
+            m_ws, l_ws, acc_ws, count = _workspace.acquire(store, call.device, *call.workspace)
         else:
-            m_ws = l_ws = acc_ws = out
-        call.partition(out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs, m_ws, l_ws, acc_ws,
+            m_ws = l_ws = acc_ws = count = out
+        call.partition(out, query, key_cache, value_cache, block_tables, seq_lens, ks, vs, m_ws, l_ws, acc_ws, count,
                        stream=stream)
-        if call.reduce is not None:
-            call.reduce(out, m_ws, l_ws, acc_ws, stream=stream)
     return out
 
 
 def _bound(call: "_Call", scale, window, partition_size, force_split, table_width) -> dict:
-    """The plan of a checked signature and its launches: the partition kernel, the reduce (split
-    only) and the workspace shapes it takes; the same for every call of the signature."""
+    """The plan of a checked signature and its launch: the partition kernel (a split one folds its
+    partitions in its last program) and the workspace shapes a split takes; the same for every call
+    of the signature."""
     device, num_seqs, num_kv_heads, head_dim = call.device, call.num_seqs, call.num_kv_heads, call.head_dim
     kgeo, vgeo, common = call.kgeo, call.vgeo, call.constexprs
     plan = _plan.plan_decode(
@@ -260,12 +257,12 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     rows = call.group * call.num_q
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     launch = plan.launch
-    programs = num_kv_heads * plan.row_tiles  # the reduce's grid axis 1: (kv head, row tile)
+    programs = num_kv_heads * plan.row_tiles  # (kv head, row tile): a split's counters a sequence
     tile = dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
                 D=_plan.pow2_at_least(head_dim), D_REAL=head_dim)
     partition = _launch.Bound(_partition.decode_partition_kernel,  # axis 1: (kv head, row tile, dim slice)
                               (num_seqs, programs * plan.dim_slices, plan.n_part), (
-        *_launch.slots(11), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
+        *_launch.slots(12), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
         *call.strides,
         kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
         vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
@@ -274,20 +271,13 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
              # keys that share a cache block and sit one stride apart in both caches
              CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
              V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
-             KEYS_M=launch.keys_m, SPLIT=plan.split),
+             KEYS_M=launch.keys_m, SPLIT=plan.split, MERGE_ROWS=plan.merge_rows, MERGE_DIMS=plan.merge_dims,
+             MERGE_UNROLL=plan.merge_unroll),
         dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
     if not plan.split:
-        return dict(partition=partition, reduce=None, workspace=None)
-    # No fma in the reduce: a row's m and l live in several lanes, and an fma of a lane's own product
-    # with its partner's in the cross-lane sum rounds the two copies differently (by an ulp), which
-    # then race to one shared-memory address (racecheck on the H200).
-    reduce = _launch.Bound(_reduce.decode_reduce_kernel, (num_seqs, programs, tile["D"] // plan.reduce_dims),
-                           (*_launch.slots(4), plan.n_part, *call.strides[:3], *ws_strides),
-                           dict(**tile, D_BLOCK=plan.reduce_dims, UNROLL=plan.reduce_unroll),
-                           dict(num_warps=_tuning.tuning(_arch.arch_name(device)).reduce_warps, num_stages=1,
-                                enable_fp_fusion=False))
+        return dict(partition=partition, workspace=None)
     ml_shape = (num_seqs, num_kv_heads, plan.p2, rows)
-    return dict(partition=partition, reduce=reduce, workspace=(ml_shape, (*ml_shape, head_dim)))
+    return dict(partition=partition, workspace=(ml_shape, (*ml_shape, head_dim), num_seqs * programs))
 
 
 def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,

@@ -42,7 +42,8 @@ is [rows, DV]. Grid axis 1 then numbers (h, tile, slice) as
 
 SPLIT = False: one partition; the program writes out = acc / l (0 where l = 0).
 SPLIT = True : the program writes m and l of every row, and acc only when its
-partition holds a key; the reduce kernel merges the partitions.
+partition holds a key, to the workspace; the last program of the row tile to
+finish folds every partition into the output (kernels.paged_decode.reduce).
 
 A tile is BLOCK_N // CHUNK chunks of CHUNK keys that share a cache block, so
 a chunk's block id b is read once. The host sets the strides for the shuffled
@@ -80,6 +81,7 @@ import triton
 import triton.language as tl
 
 from kernels import arch
+from kernels.paged_decode.reduce import fold_partitions, last_to_arrive
 
 
 @triton.jit
@@ -334,7 +336,7 @@ def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, seq, kvh, kv_lo, kv_
 @triton.jit
 def decode_partition_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, k_scale_ptr, v_scale_ptr,
-    m_ws_ptr, l_ws_ptr, acc_ws_ptr,
+    m_ws_ptr, l_ws_ptr, acc_ws_ptr, count_ptr,
     scale, window, part_size, num_blocks, table_keys,
     s_oi, s_op, s_oh,
     s_qi, s_qp, s_qh,
@@ -348,7 +350,7 @@ def decode_partition_kernel(
     D: tl.constexpr, D_REAL: tl.constexpr, DV: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     CHUNK: tl.constexpr, K_DX: tl.constexpr, V_SX: tl.constexpr,
     FP8_MODE: tl.constexpr, PER_TOKEN_SCALE: tl.constexpr, DOT: tl.constexpr, KEYS_M: tl.constexpr,
-    SPLIT: tl.constexpr,
+    SPLIT: tl.constexpr, MERGE_ROWS: tl.constexpr, MERGE_DIMS: tl.constexpr, MERGE_UNROLL: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head_tile = tl.program_id(1)
@@ -443,7 +445,8 @@ def decode_partition_kernel(
         acc = acc * tl.load(v_scale_ptr).to(tl.float32)
 
     if SPLIT:
-        ws = seq.to(tl.int64) * ws_seq + kvh * ws_head + part * ws_part
+        ws_tile = seq.to(tl.int64) * ws_seq + kvh * ws_head
+        ws = ws_tile + part * ws_part
         ml_ok = row_ok
         if SLICES > 1:  # every slice holds the same m and l: the first one writes them
             ml_ok = ml_ok & (rows * 0 + dim_lo == 0)
@@ -452,6 +455,15 @@ def decode_partition_kernel(
         if part_lo < part_hi:
             acc_off = tl.expand_dims(ws + rows, KA) * D_REAL + tl.expand_dims(out_dims, RA)
             tl.store(acc_ws_ptr + acc_off, acc, mask=out_ok)
+        # the row tile's counter; every slice and partition of the tile arrives at it once
+        n_part = tl.num_programs(2)
+        if last_to_arrive(count_ptr, seq * (tl.num_programs(1) // SLICES) + head_tile, n_part * SLICES):
+            # the tile's first MERGE_ROWS rows: every row of it that exists
+            f_rows = (head_tile % ROW_TILES) * M_PAD + tl.arange(0, MERGE_ROWS)
+            o_rows = seq.to(tl.int64) * s_oi + (f_rows // G) * s_op + (kvh * G + f_rows % G) * s_oh
+            fold_partitions(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part,
+                            (kv_lo // BLOCK_SIZE) * BLOCK_SIZE, part_size, kv_hi, f_rows, f_rows < G * Q, o_rows,
+                            ROWS=MERGE_ROWS, D=D, D_REAL=D_REAL, DB=MERGE_DIMS, UNROLL=MERGE_UNROLL)
     else:
         l_at = tl.expand_dims(l_i, KA)
         out = tl.where(l_at > 0, acc / tl.where(l_at > 0, l_at, 1.0), 0.0)

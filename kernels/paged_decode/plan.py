@@ -18,8 +18,9 @@ attends. The split spreads that walk over partitions when it pays:
   partition grows (block aligned, never below `partition_size`) so that the
   partitions still cover every key;
 - the workspace's partition dim is the count rounded up to a power of two;
-- the reduce's programs take the arch table's `reduce_dims` dims and fold a block of
-  partitions of at most `reduce_block` elements a step;
+- the fold of a split (in the last partition program of each row tile) holds the
+  tile's rows that can exist, takes the arch table's `merge_dims` dims a pass and
+  loads partitions of at most `merge_block` elements a warp a step;
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
   most `tile_rows(D)` rows; when even so the sequences' programs would leave
   CUs idle, the tiles shrink to the rows of fewer query positions (down to the
@@ -44,12 +45,12 @@ LONG_WALK_PARTS = 8
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """split: run partition + reduce; n_part partitions of part_size keys;
+    """split: partitions whose last program folds them; n_part partitions of part_size keys;
     p2: the workspace's partition dim (next power of two of n_part); the G * Q query rows of a
     kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split), each as
     dim_slices programs of dims // dim_slices output dims; launch: the partition kernel's launch
-    config; the reduce (split only, else 0): a program takes
-    reduce_dims dims and folds reduce_unroll partitions a step."""
+    config; the fold (split only, else 0): the tile's merge_rows rows that can exist (a power of two
+    up to m_pad), merge_dims dims a pass, merge_unroll partitions a step."""
 
     split: bool
     n_part: int
@@ -58,8 +59,9 @@ class DecodePlan:
     m_pad: int
     row_tiles: int
     launch: tuning.LaunchConfig
-    reduce_dims: int = 0
-    reduce_unroll: int = 0
+    merge_rows: int = 0
+    merge_dims: int = 0
+    merge_unroll: int = 0
     dim_slices: int = 1
 
 
@@ -145,10 +147,12 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch) * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
     table = tuning.tuning(arch)
-    dims = min(pow2_at_least(head_dim), table.reduce_dims)
-    # partitions a reduce step folds: a power of two, within the table's block, no more than there are
-    fits = max(1, table.reduce_block // (m_pad * dims))
+    dims = min(pow2_at_least(head_dim), table.merge_dims)
+    # the fold holds only rows that exist (GQA 4, one query: 4 of a tile of 8 or 16)
+    fold_rows = min(m_pad, pow2_at_least(rows))
+    # partitions a fold step loads: a power of two, within the table's block, no more than there are
+    fits = max(1, table.merge_block * launch.num_warps // (fold_rows * dims))
     unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
-                      row_tiles=tiles, launch=launch, reduce_dims=dims, reduce_unroll=unroll,
+                      row_tiles=tiles, launch=launch, merge_rows=fold_rows, merge_dims=dims, merge_unroll=unroll,
                       dim_slices=n_slices)

@@ -101,22 +101,21 @@ class LaunchConfig:
 class ArchTuning:
     """rows: launch configs by head size; split: the auto path may split on this arch;
     programs_per_cu: partition programs the split aims for per CU; fp8_dot: the dot operand
-    dtype of fp8 caches ("fp16", or None for the query's dtype); the split's reduce:
-    reduce_dims, the dims a program takes (a power of two; the head's width where it is
-    narrower), reduce_block, the most elements of the block of partitions it loads a step
-    ([partitions, rows, dims]), and reduce_warps."""
+    dtype of fp8 caches ("fp16", or None for the query's dtype); the split's fold (run by
+    the last partition program of a row tile, kernels.paged_decode.reduce): merge_dims, the
+    dims a pass takes (a power of two; the head's width where it is narrower), and
+    merge_block, the most elements a warp loads a step (partitions x rows x dims: the
+    partitions a step loads together)."""
 
     rows: tuple
     split: bool
     programs_per_cu: int
     fp8_dot: str | None = None
-    # One-warp reduce programs of 32 dims taking a [partitions, rows, dims] block of 4096 elements a
-    # step: the reduce at 1 x 8192 / 4096 on the H200 went from 6.5 to 3.8-4.4 us (one partition a
-    # step, four warps, all dims: every partition waited for its loads), at 8 x 32768 from 9.6 to 3.9;
-    # four warps or 1024-element blocks lost (bench/NOTES.md).
-    reduce_dims: int = 32
-    reduce_block: int = 4096
-    reduce_warps: int = 1
+    # The whole head a pass and 64 elements a lane a step (2 partitions of 8 rows on one warp, 4 of 16
+    # rows on four): the loads of a step are in flight together, and a one-warp row's register cap
+    # (168) holds them with the running accumulator.
+    merge_dims: int = 128
+    merge_block: int = 2048
 
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
@@ -192,12 +191,12 @@ TABLES = {
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
                                 LaunchConfig(256, 16, 8, 2), _SLICED),
                           split=False, programs_per_cu=2),
-    # the interpreter pays per program: the reduce takes whole heads there (the split suite of the CPU tier
-    # took 370 s with 32-dim programs, 171 s with whole heads before); D 1024 runs as two slices, so the CPU
-    # tier checks the sliced code (its D 1024 cases took 103 s whole, 190 s as four slices)
+    # the interpreter pays per step: the fold takes whole heads there, one or two partitions a step (two
+    # for heads up to 64 dims, so the CPU tier checks a step's masked partitions); D 1024 runs as two
+    # slices, so the CPU tier checks the sliced code (its D 1024 cases took 103 s whole, 190 s as four)
     "cpu": ArchTuning(rows=(LaunchConfig(1024, 256, 4, 1, max_rows=8, keys_m=True, slice_dims=512),
                             LaunchConfig(1024, 256, 4, 1, slice_dims=512)),
-                      split=False, programs_per_cu=2, fp8_dot="fp16", reduce_dims=1024),
+                      split=False, programs_per_cu=2, fp8_dot="fp16", merge_dims=1024, merge_block=256),
 }
 DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4, 2), _SLICED),
                      split=False, programs_per_cu=2)

@@ -1,7 +1,9 @@
-"""fp32 scratch for the split-K decode: per (device, stream), grow-only.
+"""Scratch for the split-K decode: per (device, stream), grow-only.
 
 A store is a plain dict holding flat fp32 buffers "ml" (m and l of every
-partition row) and "acc" (their accumulators), plus bookkeeping:
+partition row) and "acc" (their accumulators), the int32 arrival counters
+"count" of the row tiles (zero when allocated; the last program to arrive at
+one sets it back to zero: kernels.paged_decode.reduce), plus bookkeeping:
 
 - `acquire` hands out views of the right shapes; a buffer is reused when it
   lives on the right device and holds at least the elements asked for (so a
@@ -45,13 +47,16 @@ def _replace(store: dict, name: str, device: torch.device, numel: int) -> None:
     old = store.get(name)
     if old is not None:
         store.setdefault("retired", []).append(old)
-    store[name] = torch.empty(numel, dtype=torch.float32, device=device)
+    if name == "count":
+        store[name] = torch.zeros(numel, dtype=torch.int32, device=device)
+    else:
+        store[name] = torch.empty(numel, dtype=torch.float32, device=device)
     store["views"] = {}
 
 
-def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple):
-    """Views (m, l, acc) of shapes ml_shape, ml_shape, acc_shape from `store`."""
-    key = (device, ml_shape, acc_shape)
+def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple, counters: int):
+    """Views (m, l, acc, count) of shapes ml_shape, ml_shape, acc_shape and (counters,) from `store`."""
+    key = (device, ml_shape, acc_shape, counters)
     views = store.get("views", {}).get(key)
     if views is not None:
         return views
@@ -60,10 +65,11 @@ def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple
         device = torch.device("cuda", torch.cuda.current_device())
     ml_numel = 2 * _numel(ml_shape)
     acc_numel = _numel(acc_shape)
+    sizes = (("ml", ml_numel), ("acc", acc_numel), ("count", counters))
     fits = _fits(store, "ml", device, ml_numel) and _fits(store, "acc", device, acc_numel)
-    if not fits:
+    if not (fits and _fits(store, "count", device, counters)):
         store["allocations"] = store.get("allocations", 0) + 1
-        for name, numel in (("ml", ml_numel), ("acc", acc_numel)):
+        for name, numel in sizes:
             if not _fits(store, name, device, numel):
                 _replace(store, name, device, numel)
     half = ml_numel // 2
@@ -72,6 +78,7 @@ def acquire(store: dict, device: torch.device, ml_shape: tuple, acc_shape: tuple
         ml[:half].view(ml_shape),
         ml[half:ml_numel].view(ml_shape),
         store["acc"][:acc_numel].view(acc_shape),
+        store["count"][:counters],
     )
     store.setdefault("views", {})[key] = views
     return views
