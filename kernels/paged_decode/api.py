@@ -201,7 +201,9 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     partition_size, force_split  split-K: keys per partition (a multiple of block_size, grown when the
                  partition count is capped; None: the arch's launch table chooses); force_split
                  True/False overrides the auto gate
-    workspace    None (the per-device, per-stream scratch) or a caller-owned dict
+    workspace    None (the per-device, per-stream scratch) or a caller-owned dict, empty when first passed:
+                 the entry fills it and reads it back on later calls (a split's row-tile counters in it
+                 must stay as the last call left them, zero), so give one to one stream at a time
     validate     check block ids and lengths against the cache, the table and max_seq_len on the host
                  (a device sync): True/False; None follows QUANTFLOOR_VALIDATE=1. Always on under the
                  Triton interpreter. scale is checked on every call (finite and > 0).
