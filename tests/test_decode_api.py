@@ -161,6 +161,16 @@ def test_workspace_counters_are_int32_zeros_and_grow_zeroed(device):
     assert any(t is first for t in store["retired"])
 
 
+def test_workspace_replaces_buffers_of_another_dtype(device):
+    """A caller's store holding a float "count" or an fp16 "acc" gets buffers of the kernel's dtypes
+    (the kernel would add ints into float bits, or store fp32 partials as fp16), the old ones kept."""
+    store = {"acc": torch.zeros(64, dtype=torch.float16, device=device),
+             "count": torch.zeros(4, dtype=torch.float32, device=device)}
+    _, _, acc, count = workspace.acquire(store, device, (1, 1, 2, 2), (1, 1, 2, 2, 16), 4)
+    assert acc.dtype == torch.float32 and count.dtype == torch.int32 and not count.any()
+    assert len(store["retired"]) == 2
+
+
 def test_workspace_replaces_tensors_of_another_device(device):
     store = {"ml": torch.empty(10, device="meta"), "acc": torch.empty(10, device="meta")}
     m, _, acc, count = workspace.acquire(store, device, (1, 1, 1, 2), (1, 1, 1, 2, 4), 1)

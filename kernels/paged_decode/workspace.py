@@ -6,7 +6,7 @@ partition row) and "acc" (their accumulators), the int32 arrival counters
 one sets it back to zero: kernels.paged_decode.reduce), plus bookkeeping:
 
 - `acquire` hands out views of the right shapes; a buffer is reused when it
-  lives on the right device and holds at least the elements asked for (so a
+  lives on the right device, has its dtype and holds at least the elements asked for (so a
   head-128 call after a head-64 call with the same partition shape grows
   "acc" instead of writing past it);
 - buffers only grow, and a replaced buffer stays referenced in "retired",
@@ -38,19 +38,23 @@ def default_store(device: torch.device, stream: int | None = None) -> dict:
     return _STORES.setdefault((device.type, device.index, stream), {})
 
 
+# Each buffer's maker and dtype: the counters must start at zero, the rest is written before it is read.
+_BUFFERS = {"ml": (torch.empty, torch.float32), "acc": (torch.empty, torch.float32),
+            "count": (torch.zeros, torch.int32)}
+
+
 def _fits(store: dict, name: str, device: torch.device, numel: int) -> bool:
     buf = store.get(name)
-    return buf is not None and buf.device == device and buf.numel() >= numel
+    return (buf is not None and buf.device == device and buf.dtype == _BUFFERS[name][1]
+            and buf.numel() >= numel)
 
 
 def _replace(store: dict, name: str, device: torch.device, numel: int) -> None:
     old = store.get(name)
     if old is not None:
         store.setdefault("retired", []).append(old)
-    if name == "count":
-        store[name] = torch.zeros(numel, dtype=torch.int32, device=device)
-    else:
-        store[name] = torch.empty(numel, dtype=torch.float32, device=device)
+    make, dtype = _BUFFERS[name]
+    store[name] = make(numel, dtype=dtype, device=device)
     store["views"] = {}
 
 
