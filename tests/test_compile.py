@@ -261,6 +261,18 @@ def test_amd_decode_tables_keep_two_waves_at_d256(tmp_path, target, case):
     assert part["constexprs"]["D"] == 256 and part["occupancy"] >= 2 and part["spills"] == 0, part
 
 
+def test_gfx1250_splits_keep_two_waves(tmp_path):
+    """A split's fold runs behind the arrival counter's ticket; on gfx1250 that took the partition
+    program of D 128, GQA 1, MTP 2 (bit-decoded e4m3fnuz) to 766 VGPRs, one wave per SIMD. The arch
+    table asks split launches there for two waves (split_waves_per_eu), which the compiler fits."""
+    case = "decode-e4m3fnuz-token-b64-hq16-hkv16-d128-w4096-L0_1-q2-shuffled-scalespread-cu256-split"
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", case, "--target", "gfx1250"], tmp_path)
+    assert rc == 0, out
+    part = next(r for r in data["binaries"] if r["kernel"] == "decode_partition_kernel")
+    assert part["constexprs"]["SPLIT"] and part["options"].get("waves_per_eu") == 2, part
+    assert part["occupancy"] >= 2 and part["spills"] == 0 and part["scratch"] == 0, part
+
+
 def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
     """--reuse: a specialization whose compiler inputs equal a binary's in the earlier report takes
     that binary's facts (a marked register count comes back) and is not compiled; one whose inputs

@@ -1,5 +1,7 @@
 """The decode entry's argument checks, the split planner and the scratch store."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -490,6 +492,20 @@ def test_the_fold_loads_partitions_within_the_tables_block():
     assert (many.merge_rows, many.merge_dims, many.merge_unroll) == (4, 128, 4)
     onepass = decode_plan.plan_decode(num_seqs=1, **{**common, "force_split": False})
     assert (onepass.merge_rows, onepass.merge_dims, onepass.merge_unroll) == (0, 0, 0)
+
+
+def test_a_split_launch_takes_the_arch_tables_waves():
+    """gfx1250's table asks split launches for two waves per SIMD (its fold behind the arrival
+    counter's ticket took one: tests/test_compile.py); its one-pass launches and other archs' splits
+    keep their rows' options."""
+    common = dict(num_seqs=1, num_kv_heads=16, max_seq_len=8192, num_queries=2, window=4096, block_size=64,
+                  partition_size=None, cu=256, group=1, head_dim=128)
+    split = decode_plan.plan_decode(arch="gfx1250", force_split=True, **common)
+    onepass = decode_plan.plan_decode(arch="gfx1250", force_split=False, **common)
+    sm90 = decode_plan.plan_decode(arch="sm90", force_split=True, **common)
+    assert split.split and split.launch.options.get("waves_per_eu") == 2
+    assert "waves_per_eu" not in onepass.launch.options and "waves_per_eu" not in sm90.launch.options
+    assert dataclasses.replace(split.launch, waves_per_eu=None) == onepass.launch
 
 
 def test_a_number_scale_is_one_kept_tensor_per_stream(inputs):

@@ -21,6 +21,8 @@ attends. The split spreads that walk over partitions when it pays:
 - the fold of a split (in the last partition program of each row tile) holds the
   tile's rows that can exist, takes the arch table's `merge_dims` dims a pass and
   loads partitions of at most `merge_block` elements a warp a step;
+- a split launch asks for the arch table's `split_waves_per_eu`, where it has one
+  (AMD: the waves per SIMD the compiler leaves room for);
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
   most `tile_rows(D)` rows; when even so the sequences' programs would leave
   CUs idle, the tiles shrink to the rows of fewer query positions (down to the
@@ -35,6 +37,7 @@ attends. The split spreads that walk over partitions when it pays:
   keys in M and the rows in N.
 """
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -153,6 +156,8 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     # partitions a fold step loads: a power of two, within the table's block, no more than there are
     fits = max(1, table.merge_block * launch.num_warps // (fold_rows * dims))
     unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
+    if table.split_waves_per_eu is not None:
+        launch = dataclasses.replace(launch, waves_per_eu=table.split_waves_per_eu)
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
                       row_tiles=tiles, launch=launch, merge_rows=fold_rows, merge_dims=dims, merge_unroll=unroll,
                       dim_slices=n_slices)

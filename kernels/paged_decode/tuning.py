@@ -41,9 +41,10 @@ for a tile) need smaller steps still. At D 256 (and D 192, padded to it) a
 to 16 rows): 16 keys there take 132 to 238. Four warps took 266 to 290 VGPRs
 on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to 632 on gfx1250
 (64 rows): eight warps take 188 to 216 and 440 to 442. waves_per_eu=2 is not
-set: it made the compiler spill specializations that fit 256 VGPRs without
-it. Heads of 512 and 1024 dims run as dim slices on every arch (the note
-above `_SLICED`).
+set on the rows: it made the compiler spill specializations that fit 256 VGPRs
+without it. gfx1250's split launches alone ask for it (`split_waves_per_eu`:
+the fold behind the arrival counter's ticket took one wave there). Heads of
+512 and 1024 dims run as dim slices on every arch (the note above `_SLICED`).
 """
 
 from dataclasses import dataclass
@@ -105,7 +106,8 @@ class ArchTuning:
     the last partition program of a row tile, kernels.paged_decode.reduce): merge_dims, the
     dims a pass takes (a power of two; the head's width where it is narrower), and
     merge_block, the most elements a warp loads a step (partitions x rows x dims: the
-    partitions a step loads together)."""
+    partitions a step loads together); split_waves_per_eu (AMD): the waves per SIMD a split launch
+    asks the compiler to leave room for, whatever its row says (None: the row's)."""
 
     rows: tuple
     split: bool
@@ -116,6 +118,7 @@ class ArchTuning:
     # (168) holds them with the running accumulator.
     merge_dims: int = 128
     merge_block: int = 2048
+    split_waves_per_eu: int | None = None
 
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
@@ -161,6 +164,10 @@ _SLICED_LONG_WALK = 64
 _SM90_SLICED = ("chosen by time on the H200 with the stack it takes: 253 to 255 registers and up to 216 bytes at "
                 "D 1024, 2.2 KB at D 512 with a bf16 cache; 1.18x and 1.43x faster there than the whole-head rows "
                 "it replaced, which spilled as well (a 320 to 424 byte stack at D 1024)")
+# gfx1250 (compile only): a split's partition program, whose fold runs behind the arrival counter's ticket,
+# took 766 to 857 VGPRs (one wave a SIMD) where the same specialization without a store that depends on
+# the ticket took 352; asked for 2 waves, the compiler fits it in 2 (bench/NOTES.md).
+_GFX1250_SPLIT_WAVES = 2
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_FULL,
                                           keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
@@ -190,7 +197,7 @@ TABLES = {
                          split=True, programs_per_cu=2),
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
                                 LaunchConfig(256, 16, 8, 2), _SLICED),
-                          split=False, programs_per_cu=2),
+                          split=False, programs_per_cu=2, split_waves_per_eu=_GFX1250_SPLIT_WAVES),
     # the interpreter pays per step: the fold takes whole heads there, one or two partitions a step (two
     # for heads up to 64 dims, so the CPU tier checks a step's masked partitions); D 1024 runs as two
     # slices, so the CPU tier checks the sliced code (its D 1024 cases took 103 s whole, 190 s as four)
