@@ -331,3 +331,26 @@ def test_the_split_orders_its_partials_before_the_last_arrival():
     gfx942 = found["gfx942"].split("|")
     assert gfx942[28:30] == ["buffer_wbl2 sc1", "s_waitcnt vmcnt(0)"] and gfx942[30].startswith("global_atomic_add")
     assert gfx942[31:33] == ["s_waitcnt vmcnt(0)", "buffer_inv sc1"] and "s_barrier" in gfx942[:28]
+
+
+def test_fp16_operands_weigh_p_in_one_product():
+    """sm90 feeds fp8 caches to fp16 dots, where P enters the PV product once (11 bits keep it to
+    2^-11 of itself; bf16 operands take a second product of the remainder). The one-warp row with
+    keys as M (32 keys a step, 8 rows, D 128) compiles its step twice (the body and the tail tile),
+    each with 16 m16n8k16 MMAs for the scores and 16 for P V: 64 in all, 96 with the second
+    product (red with it on every narrow DOT)."""
+    case = "decode-e4m3fn-token-b16-hq32-hkv8-d128-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1-shuffled-split"
+    code = ("from verify import adapters, binaries, targets\n"
+            f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
+            "target = targets.TARGETS['sm90']\n"
+            "launch = adapters.planned_launches(inputs, arch='sm90', cus=target.cus)[0]\n"
+            "c = launch.constexprs\n"
+            "print(c['BLOCK_N'], c['KEYS_M'], c['M_PAD'], c['DOT'], launch.options['num_warps'])\n"
+            "ptx = binaries.compiled(launch, target)[0].asm['ptx']\n"
+            "print(sum('mma.sync.aligned.m16n8k16' in line for line in ptx.splitlines()))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    launch, mmas = done.stdout.strip().splitlines()[-2:]
+    assert launch == "32 True 8 fp16 1", launch
+    assert int(mmas) == 64, mmas

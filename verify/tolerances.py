@@ -18,6 +18,13 @@ fp8 paths (floor = max|ref - ref8|, what fp8 quantization alone costs):
   with a per-token scale, P * v_scale rounded to bf16 errs by up to 2^-9 of
   the output, which on an H200 took 2 of 19,665 sampled cases past a quarter
   of a small floor (1.04x). P split in two bf16 terms brought them to 0.24x.
+  fp16 operands (sm90's fp8 path) keep 11 bits, so one P term errs by at
+  most 2^-11 of itself, an eighth of bf16's: with one term there, the H200's
+  GPU tier (1391 cases) kept the worst err/floor of the fp8 decode cases
+  without subnormal outputs at 1.721, 1.590 and 1.545 (one-pass, split,
+  auto; flat floors, where the output's rounding bounds it), and their median
+  moved from 0.0631 to 0.0648 (one-pass; split 0.0576 and auto 0.0589
+  unchanged). No constant moved.
 
 Unquantized paths (bf16 cache, KDA; floor = error against float64 of a
 same-precision torch implementation whose matrix-product operands take the

@@ -175,10 +175,10 @@ def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """Operand dtype of the decode kernel's dots (q . k and P . v) for a query of `query_dtype` on `device`.
 
     The query's dtype compiled (it holds the query, a cache of that dtype and every
-    fp8 value exactly; P, where it is narrower than fp32, enters as two terms of it),
+    fp8 value exactly; P enters as two terms of bf16, one of fp16),
     fp32 under the Triton interpreter. An fp8 cache may run fp16 operands instead
     (the arch's tuning, kernels/paged_decode/tuning.py), each row scaled into fp16's
-    range by a power of two: the same values, so the same precision.
+    range by a power of two: the same values of q, K and V, and P to 2^-11 of itself.
     """
     return _arch.dot_dtype(query_dtype, device)
 

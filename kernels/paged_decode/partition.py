@@ -60,7 +60,8 @@ K; keys of a shuffled V, dims of a plain one) is the vector axis of the
 loads. fp8 values are decoded exactly to fp32 (natively or from their bits),
 fed to `tl.dot` in DOT dtype (bf16/fp16 hold every fp8 value exactly), and
 the scales are applied to scores and probabilities in fp32. Where DOT is
-narrower than fp32, P enters the PV product as two DOT terms, P_hi + (P - P_hi).
+bf16, P enters the PV product as two DOT terms, P_hi + (P - P_hi); in fp16 it
+enters once, rounded to 11 bits (at most 2^-11 of itself off).
 
 DOT = fp16 on an fp8 cache (the arch's tuning asks for it: the hardware turns
 two fp8 codes into two fp16 values in one instruction, where bf16 needs a
@@ -323,9 +324,10 @@ def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, seq, kvh, kv_lo, kv_
         p = p * f16_shift(FP8_MODE, DOT)
     p_dot = p.to(DOT)
     pv = weigh(p_dot, v, KEYS_M)
-    if DOT != tl.float32:
+    if DOT == tl.bfloat16:
         # P rounded to bf16 is off by up to 2^-9 of itself (a row that sees one key with a
         # per-token scale shows all of it); a second dot of the remainder restores fp32 accuracy.
+        # fp16 keeps 11 bits, so its one term errs by at most 2^-11 of itself: no second dot there.
         pv += weigh((p - p_dot.to(tl.float32)).to(DOT), v, KEYS_M)
     if PER_TOKEN_SCALE and DOT == tl.float16:
         pv = pv * tl.expand_dims(f16_shift(FP8_MODE, DOT) / p_shift, KA)
