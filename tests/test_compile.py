@@ -18,7 +18,7 @@ from verify import adapters, binaries, cli, targets
 from verify.device import seed_of
 
 ROOT = Path(__file__).resolve().parent.parent
-CASE = "decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass"
+CASE = "decode-e4m3fn-tensor-b16-hq32-hkv8-d64-w0-L0_1-q1-shuffled-cu256-onepass"
 SUMMARY = "compiled {n} kernels for {t} targets: {f} failures, {s} with spills"
 
 
