@@ -306,6 +306,15 @@ def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
     assert missing.returncode == 2 and "--reuse: expected a report written by quantfloor compile --json" in missing.stderr
 
 
+def _compiled_run(code: str) -> list[str]:
+    """The lines the Python statements `code` print in a process where kernels are compiled (not
+    interpreted); the process must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()
+
+
 def test_the_split_orders_its_partials_before_the_last_arrival():
     """A split's partition programs store their partials, meet at a barrier, and one thread adds to
     the row tile's counter with acquire-release semantics at GPU scope; the last to arrive folds
@@ -322,10 +331,7 @@ def test_the_split_orders_its_partials_before_the_last_arrival():
             "    lines = [l.strip() for l in binaries.compiled(launch, target)[0].asm[kind].splitlines()]\n"
             "    at = next(i for i, l in enumerate(lines) if 'atom' in l and 'add' in l)\n"
             "    print(name, '|'.join(lines[at - 30:at + 3]))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines()[-2:])
+    found = dict(line.split(" ", 1) for line in _compiled_run(code)[-2:])
     sm90 = found["sm90"].split("|")  # the atomic is line 30 of each
     assert "atom.global.gpu.acq_rel.add.u32" in sm90[30] and any(l.startswith("bar.sync") for l in sm90[:30])
     gfx942 = found["gfx942"].split("|")
@@ -348,9 +354,6 @@ def test_fp16_operands_weigh_p_in_one_product():
             "print(c['BLOCK_N'], c['KEYS_M'], c['M_PAD'], c['DOT'], launch.options['num_warps'])\n"
             "ptx = binaries.compiled(launch, target)[0].asm['ptx']\n"
             "print(sum('mma.sync.aligned.m16n8k16' in line for line in ptx.splitlines()))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TRITON_INTERPRET="0"),
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    launch, mmas = done.stdout.strip().splitlines()[-2:]
+    launch, mmas = _compiled_run(code)[-2:]
     assert launch == "32 True 8 fp16 1", launch
     assert int(mmas) == 64, mmas
