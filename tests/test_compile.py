@@ -357,3 +357,25 @@ def test_fp16_operands_weigh_p_in_one_product():
     launch, mmas = _compiled_run(code)[-2:]
     assert launch == "32 True 8 fp16 1", launch
     assert int(mmas) == 64, mmas
+
+
+def test_block_ids_are_read_a_step_before_the_tiles_they_place():
+    """The partition kernel reads a tile's block ids one step before the tile (tile_pages), so no load
+    of a step waits on another load of that step, and Triton pipelines K and V num_stages - 1 steps
+    ahead: sm90's two-warp D 256 row (3 stages) keeps two buffers of each, and its loop waits with
+    the next tile's copies still in flight. Read in the step (a chain of two loads), the same row got
+    one buffer and waited for every copy at each step (red with the block-id load back in attend_tile)."""
+    case = "decode-e4m3fn-token-b16-hq16-hkv4-d256-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1-shuffled-auto"
+    code = ("import re\n"
+            "from verify import adapters, binaries, targets\n"
+            f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
+            "target = targets.TARGETS['sm90']\n"
+            "launch = adapters.planned_launches(inputs, arch='sm90', cus=target.cus)[0]\n"
+            "print(launch.constexprs['D'], launch.options['num_warps'], launch.options['num_stages'])\n"
+            "ttgir = binaries.compiled(launch, target)[0].asm['ttgir']\n"
+            "print(max(int(n) for n in re.findall(r'async_wait .*\\{num = (\\d+)', ttgir)),\n"
+            "      sorted(set(re.findall(r'local_alloc.*?memdesc<(\\d+)x[x\\d]+xf8', ttgir))))\n")
+    launch, pipelined = _compiled_run(code)[-2:]
+    assert launch == "256 2 3", launch
+    waits, buffers = pipelined.split(" ", 1)
+    assert int(waits) > 0 and buffers == "['2']", pipelined

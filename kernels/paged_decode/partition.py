@@ -45,8 +45,11 @@ SPLIT = True : the program writes m and l of every row, and acc only when its
 partition holds a key, to the workspace; the last program of the row tile to
 finish folds every partition into the output (kernels.paged_decode.reduce).
 
-A tile is BLOCK_N // CHUNK chunks of CHUNK keys that share a cache block, so
-a chunk's block id b is read once. The host sets the strides for the shuffled
+A tile is BLOCK_N // CHUNK chunks of CHUNK keys that share a cache block, so a
+chunk's block id b is read once, one step ahead of the tile's loads (`tile_pages`):
+no load of a step then waits on another of the same step, and Triton's software
+pipelining issues the tile's loads num_stages - 1 steps before they are used (with
+the ids read in the step, half that). The host sets the strides for the shuffled
 or plain layout: key element (slot s, dim d) of kv head h lives at
 
     b*k_blk + h*k_head + s*k_slo + (d // K_DX)*k_dhi + (d % K_DX)*k_dlo
@@ -223,7 +226,18 @@ def load_query(q_ptr, q_rows, row_ok, lo, WIDTH: tl.constexpr, KA: tl.constexpr)
 
 
 @triton.jit
-def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi,
+def tile_pages(start, seq, table_hi, num_blocks, bt_ptr, s_bti, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+               CHUNK: tl.constexpr):
+    """The cache block ids of the BLOCK_N // CHUNK chunks of keys [start, start + BLOCK_N), clamped
+    to [0, num_blocks) (0 for chunks past the table's last block, which no key of them reads)."""
+    first = start + tl.arange(0, BLOCK_N // CHUNK) * CHUNK
+    page = tl.load(bt_ptr + seq.to(tl.int64) * s_bti + first // BLOCK_SIZE, mask=(first >= 0) & (first < table_hi),
+                   other=0)
+    return tl.minimum(tl.maximum(page, 0), num_blocks - 1).to(tl.int64)
+
+
+@triton.jit
+def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, page, seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi,
                 table_hi, row_ok, num_blocks, q_ptr, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk,
                 k_head, k_slo, k_dhi, k_dlo, v_blk, v_head, v_dim_off, v_shi, v_slo, ks_blk, ks_head, ks_slot,
                 vs_blk, vs_head, vs_slot,
@@ -234,7 +248,8 @@ def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, seq, kvh, kv_lo, kv_
     """Fold keys [start, start + BLOCK_N) into the online softmax state (acc, m_i, l_i).
 
     The tile is BLOCK_N // CHUNK chunks of CHUNK keys; a chunk never crosses a cache block, so
-    its block id is read once and its keys sit one stride apart (the vector axis of the loads).
+    its block id (`page`, from tile_pages) is read once and its keys sit one stride apart (the
+    vector axis of the loads).
     TAIL: the tile reaches past the sequence end, where unused slots may hold NaN bytes.
     D is the tile's width, a power of two (head_dims: for a head size D_REAL below it);
     v_dim_off are the offsets in a value of the DV dims the program weighs. KEYS_M: acc is
@@ -254,8 +269,6 @@ def attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, seq, kvh, kv_lo, kv_
     first = start + tl.arange(0, NC) * CHUNK
     # Whole blocks of the table are readable; keys outside the partition are masked from the scores.
     page_ok = (first >= 0) & (first < table_hi)
-    page = tl.load(bt_ptr + seq.to(tl.int64) * s_bti + first // BLOCK_SIZE, mask=page_ok, other=0)
-    page = tl.minimum(tl.maximum(page, 0), num_blocks - 1).to(tl.int64)
     slot = tl.multiple_of(first % BLOCK_SIZE, CHUNK)  # tiles start on chunk boundaries
 
     k_base = page * k_blk + kvh * k_head + slot * k_slo
@@ -433,13 +446,18 @@ def decode_partition_kernel(
     args = (seq, kvh, kv_lo, kv_hi, part_hi, row_lo, row_hi, table_hi, row_ok, num_blocks,
             q_ptr, k_ptr, v_ptr, bt_ptr, k_scale_ptr, v_scale_ptr, s_bti, k_blk, k_head, k_slo, k_dhi, k_dlo,
             v_blk, v_head, v_cols * v_dlo, v_shi, v_slo, ks_blk, ks_head, ks_slot, vs_blk, vs_head, vs_slot)
+    # A tile's block ids are read a step before its loads (module docstring).
+    page = tile_pages(part_lo, seq, table_hi, num_blocks, bt_ptr, s_bti, BLOCK_SIZE, BLOCK_N, CHUNK)
     for start in range(part_lo, body_hi, BLOCK_N):
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, *args, D=D, D_REAL=D_REAL, DV=DV,
+        next_page = tile_pages(start + BLOCK_N, seq, table_hi, num_blocks, bt_ptr, s_bti, BLOCK_SIZE, BLOCK_N,
+                               CHUNK)
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, start, page, *args, D=D, D_REAL=D_REAL, DV=DV,
                                     BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CHUNK=CHUNK, K_DX=K_DX, V_SX=V_SX, FP8_MODE=FP8_MODE,
                                     PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, KEYS_M=KEYS_M, TAIL=False)
+        page = next_page
     tail = part_lo + tl.maximum(tl.cdiv(body_hi - part_lo, BLOCK_N), 0) * BLOCK_N
-    if tail < part_hi:
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, tail, *args, D=D, D_REAL=D_REAL, DV=DV,
+    if tail < part_hi:  # page: the tail tile's, read in the last step
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, q_shift, qk_scale, tail, page, *args, D=D, D_REAL=D_REAL, DV=DV,
                                     BLOCK_SIZE=BLOCK_SIZE, BLOCK_N=BLOCK_N, CHUNK=CHUNK, K_DX=K_DX, V_SX=V_SX, FP8_MODE=FP8_MODE,
                                     PER_TOKEN_SCALE=PER_TOKEN_SCALE, DOT=DOT, KEYS_M=KEYS_M, TAIL=True)
 

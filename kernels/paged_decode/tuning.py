@@ -133,11 +133,20 @@ _SM90_KEYS_M = ("keys as M on one or two warps, chosen by time on the H200 with 
 # (1986) gains; 32 x 590 (1144) gains less than with 128-key ones (_HALF). bench/NOTES.md. The two-warp D 256 row gained at 993 (8 x 8192, 4 kv heads); half of
 # _FULL is where it starts, fewer keys are not measured.
 _FULL = 1536
-# Pipelining stages of the one-warp row of two-byte caches (bf16, fp16; fp8 takes the rows before it): 7
-# give the loop's chained loads (block id, then K and V) buffers enough to overlap on the H200 (8 x 8192 /
-# 4096 bf16 73.3 -> 69.9 us, 0.954, against 4; 5 stages on the fp8 rows lost 1.19x to 1.25x where the device
-# is full: fewer programs an SM). bench/NOTES.md.
+# Pipelining stages (num_stages) of the sm90 rows. The partition kernel reads a tile's block ids a step
+# before its K and V (kernels/paged_decode/partition.py), so Triton issues K and V num_stages - 1 steps
+# ahead, each step a buffer of shared memory. With the ids read in the step it issued them half as far
+# ahead ((num_stages - 1) // 2, the chain of two loads); `python reports/dev/decode_variants.py` on the
+# H200 against the kernels before (bench/NOTES.md):
+# - the one-warp fp8 rows, 2 stages (one step ahead): 8 x 8192 / 4096 33.2 against 33.6 us, 32 x 590 21.7
+#   against 22.7, 64 x 8192 196.7 against 198.3; 3 stages (two buffers, 10 programs an SM by shared
+#   memory) lost (34.5; 237.1 at 64 x 8192, two waves), and 4 (three buffers) lost more;
+_FP8_ONE_WARP_STAGES = 2
+# - the one-warp row of two-byte caches (bf16, fp16), 7 stages (six steps ahead):
+#   8 x 8192 / 4096 bf16 66.0 against 70.0 before (4 stages: 66.9);
 _TWO_BYTE_STAGES = 7
+# - the two-warp D 256 fp8 row, 3 stages (two steps ahead): 37.9 against 41.9 us (2 stages: 41.1).
+_D256_STAGES = 3
 # Programs per SM a one-pass launch of a one-warp row needs on sm90: 512 programs on 132 SMs (3.9) beat
 # four warps (262.6 against 307.4 us at 64 x 8192 / 4096); 256 (1.9) lost (42.8 against 33.5 at 32 x 590),
 # 64 (0.5) too (233.5 against 114.6 at 8 x 8192). Below it the auto path splits.
@@ -169,18 +178,18 @@ _SM90_SLICED = ("chosen by time on the H200 with the stack it takes: 253 to 255 
 # the ticket took 352; asked for 2 waves, the compiler fits it in 2 (bench/NOTES.md).
 _GFX1250_SPLIT_WAVES = 2
 TABLES = {
-    "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_FULL,
-                                          keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
+    "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, _FP8_ONE_WARP_STAGES, maxnreg=168, max_rows=8, max_elem=1,
+                                          min_work=_FULL, keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
                                           spills=_SM90_CAP),
-                             LaunchConfig(128, 32, 1, 4, maxnreg=168, max_rows=8, max_elem=1, min_work=_HALF,
-                                          keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
+                             LaunchConfig(128, 32, 1, _FP8_ONE_WARP_STAGES, maxnreg=168, max_rows=8, max_elem=1,
+                                          min_work=_HALF, keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
                                           partition_size=128, spills=_SM90_CAP),
                              LaunchConfig(128, 16, 1, _TWO_BYTE_STAGES, max_rows=8, max_elem=2, min_work=_FULL,
                                           keys_m=True,
                                           programs_per_cu=8, min_programs=_ONE_PASS, spills=_SM90_KEYS_M),
                              LaunchConfig(128, 128, 4, 2, spills=_SM90_SPILLS),
-                             LaunchConfig(256, 32, 2, 3, max_rows=8, max_elem=1, min_work=_FULL // 2, keys_m=True,
-                                          programs_per_cu=4, spills=_SM90_KEYS_M),
+                             LaunchConfig(256, 32, 2, _D256_STAGES, max_rows=8, max_elem=1, min_work=_FULL // 2,
+                                          keys_m=True, programs_per_cu=4, spills=_SM90_KEYS_M),
                              LaunchConfig(256, 64, 4, 2, spills=_SM90_SPILLS),
                              LaunchConfig(1024, 32, 2, 2, max_elem=1, keys_m=True, slice_dims=256,
                                           long_walk=_SLICED_LONG_WALK, spills=_SM90_SLICED),
