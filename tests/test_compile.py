@@ -315,6 +315,15 @@ def _compiled_run(code: str) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
+def _first_sm90_launch(case: str) -> str:
+    """Statements that plan the first sm90 launch of `case` (`launch`) and compile it (`kernel`)."""
+    return ("from verify import adapters, binaries, targets\n"
+            f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
+            "target = targets.TARGETS['sm90']\n"
+            "launch = adapters.planned_launches(inputs, arch='sm90', cus=target.cus)[0]\n"
+            "kernel = binaries.compiled(launch, target)[0]\n")
+
+
 def test_the_split_orders_its_partials_before_the_last_arrival():
     """A split's partition programs store their partials, meet at a barrier, and one thread adds to
     the row tile's counter with acquire-release semantics at GPU scope; the last to arrive folds
@@ -346,14 +355,10 @@ def test_fp16_operands_weigh_p_in_one_product():
     each with 16 m16n8k16 MMAs for the scores and 16 for P V: 64 in all, 96 with the second
     product (red with it on every narrow DOT)."""
     case = "decode-e4m3fn-token-b16-hq32-hkv8-d128-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1-shuffled-split"
-    code = ("from verify import adapters, binaries, targets\n"
-            f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
-            "target = targets.TARGETS['sm90']\n"
-            "launch = adapters.planned_launches(inputs, arch='sm90', cus=target.cus)[0]\n"
+    code = (_first_sm90_launch(case) +
             "c = launch.constexprs\n"
             "print(c['BLOCK_N'], c['KEYS_M'], c['M_PAD'], c['DOT'], launch.options['num_warps'])\n"
-            "ptx = binaries.compiled(launch, target)[0].asm['ptx']\n"
-            "print(sum('mma.sync.aligned.m16n8k16' in line for line in ptx.splitlines()))\n")
+            "print(sum('mma.sync.aligned.m16n8k16' in line for line in kernel.asm['ptx'].splitlines()))\n")
     launch, mmas = _compiled_run(code)[-2:]
     assert launch == "32 True 8 fp16 1", launch
     assert int(mmas) == 64, mmas
@@ -366,13 +371,9 @@ def test_block_ids_are_read_a_step_before_the_tiles_they_place():
     the next tile's copies still in flight. Read in the step (a chain of two loads), the same row got
     one buffer and waited for every copy at each step (red with the block-id load back in attend_tile)."""
     case = "decode-e4m3fn-token-b16-hq16-hkv4-d256-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1-shuffled-auto"
-    code = ("import re\n"
-            "from verify import adapters, binaries, targets\n"
-            f"inputs = binaries.meta_inputs(binaries.case_of({case!r}))\n"
-            "target = targets.TARGETS['sm90']\n"
-            "launch = adapters.planned_launches(inputs, arch='sm90', cus=target.cus)[0]\n"
+    code = ("import re\n" + _first_sm90_launch(case) +
             "print(launch.constexprs['D'], launch.options['num_warps'], launch.options['num_stages'])\n"
-            "ttgir = binaries.compiled(launch, target)[0].asm['ttgir']\n"
+            "ttgir = kernel.asm['ttgir']\n"
             "print(max(int(n) for n in re.findall(r'async_wait .*\\{num = (\\d+)', ttgir)),\n"
             "      sorted(set(re.findall(r'local_alloc.*?memdesc<(\\d+)x[x\\d]+xf8', ttgir))))\n")
     launch, pipelined = _compiled_run(code)[-2:]
