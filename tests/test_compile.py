@@ -163,6 +163,19 @@ def test_compile_reports_registers_hashes_and_a_summary(tmp_path):
     assert rows["gfx942"]["sha256"] != rows["sm90"]["sha256"]
 
 
+# A forced split of 128 query rows (MTP 8, GQA 16) at D 64, e4m3fn decoded from its bits (gfx942 converts
+# e4m3fnuz only) with per-token scales: the gfx942 row's 64-key step took 257 VGPRs there, one wave a SIMD.
+WIDE_ROWS_SPLIT = "decode-e4m3fn-token-b16-hq32-hkv2-d64-w0-L90_40-q8-shuffled-cu64-rowtiles-split"
+
+
+def test_gfx942_keeps_two_waves_on_a_wide_forced_split(tmp_path):
+    rc, out, data = _compile(["compile", "--tier", "gpu", "-k", WIDE_ROWS_SPLIT, "--target", "gfx942"], tmp_path)
+    assert rc == 0, out
+    (row,) = data["binaries"]
+    assert row["constexprs"]["SPLIT"] and row["constexprs"]["G"] * row["constexprs"]["Q"] == 128
+    assert row["spills"] == 0 and row["occupancy"] >= 2, (row["registers"], row["occupancy"])
+
+
 _TABLE = ("from kernels.paged_decode import tuning\n"
           "tuning.TABLES['gfx942'] = tuning.ArchTuning(rows=({row},), split=False, programs_per_cu=2)")
 

@@ -36,7 +36,10 @@ fp32 and their dot operands, which passes 256 VGPRs from D 128 on (259 to 267
 for a bf16 cache with per-token scales on gfx942), and with 32 rows from D 64
 on; the fp8 bit decoding (the format a target does not convert: e4m3fn on
 gfx942, e4m3fnuz elsewhere) and gfx1250's wave32 (twice the registers a lane
-for a tile) need smaller steps still. At D 256 (and D 192, padded to it) a
+for a tile) need smaller steps still (gfx942's D 64 row: a 64-key step took
+257 VGPRs, one wave, on a forced split of 128 rows, MTP 8 and GQA 16, with
+e4m3fn decoded from its bits and per-token scales; at 32 keys the GPU tier's
+145 D 64 specializations take 86 to 236, two waves or more). At D 256 (and D 192, padded to it) a
 32-key step took 257 to 279 VGPRs on gfx942 (bf16 caches, per-token fp8, up
 to 16 rows): 16 keys there take 132 to 238. Four warps took 266 to 290 VGPRs
 on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to 632 on gfx1250
@@ -195,7 +198,7 @@ TABLES = {
                                           long_walk=_SLICED_LONG_WALK, spills=_SM90_SLICED),
                              LaunchConfig(1024, 32, 2, 2, keys_m=True, slice_dims=256, spills=_SM90_SLICED)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
-    "gfx942": ArchTuning(rows=(LaunchConfig(64, 64, 4, 2, max_rows=16), LaunchConfig(128, 32, 4, 2, max_rows=16),
+    "gfx942": ArchTuning(rows=(LaunchConfig(64, 32, 4, 2, max_rows=16), LaunchConfig(128, 32, 4, 2, max_rows=16),
                                LaunchConfig(256, 16, 4, 2, max_rows=16),
                                LaunchConfig(128, 32, 4, 2, max_rows=32), LaunchConfig(256, 16, 4, 2, max_rows=32),
                                LaunchConfig(128, 32, 8, 2), LaunchConfig(256, 16, 8, 2),
