@@ -176,6 +176,17 @@ def test_gfx942_keeps_two_waves_on_a_wide_forced_split(tmp_path):
     assert row["spills"] == 0 and row["occupancy"] >= 2, (row["registers"], row["occupancy"])
 
 
+def test_sm90_kda_stage_and_solve_fit_three_programs_an_sm(tmp_path):
+    # K 128: the launch table caps both at 168 registers (255 and 183 uncapped: two programs an SM)
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", "kda-b1-t65-h1-k128", "--target", "sm90"], tmp_path)
+    assert rc == 0, out
+    rows = {row["kernel"]: row for row in data["binaries"] if row["kernel"] in ("kda_stage_kernel", "kda_solve_kernel")}
+    assert rows.keys() == {"kda_stage_kernel", "kda_solve_kernel"}
+    for row in rows.values():
+        assert row["constexprs"]["K"] == 128 and row["options"]["num_warps"] == 4
+        assert row["occupancy"] >= 12, (row["kernel"], row["registers"], row["occupancy"])
+
+
 _TABLE = ("from kernels.paged_decode import tuning\n"
           "tuning.TABLES['gfx942'] = tuning.ArchTuning(rows=({row},), split=False, programs_per_cu=2)")
 

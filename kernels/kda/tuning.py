@@ -21,16 +21,19 @@ SUB_BLOCK = 16  # rows of K1's [BC, BC] sub-blocks (the chunk of 64 rows is 4 of
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Triton launch options of one kernel: warps, stages (None: Triton's default) and, on AMD,
-    the waves per SIMD the compiler must leave room for (None: its choice)."""
+    """Triton launch options of one kernel: warps, stages (None: Triton's default), on AMD the
+    waves per SIMD the compiler must leave room for, on NVIDIA a cap on the registers a thread
+    (maxnreg: more programs an SM, at the price of spills); None leaves either to the compiler."""
 
     num_warps: int
     num_stages: int | None = None
     waves_per_eu: int | None = None
+    maxnreg: int | None = None
 
     @property
     def options(self) -> dict:
-        chosen = {"num_warps": self.num_warps, "num_stages": self.num_stages, "waves_per_eu": self.waves_per_eu}
+        chosen = {"num_warps": self.num_warps, "num_stages": self.num_stages, "waves_per_eu": self.waves_per_eu,
+                  "maxnreg": self.maxnreg}
         return {name: value for name, value in chosen.items() if value is not None}
 
 
@@ -92,8 +95,15 @@ _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
 # 0.84 to 0.96 of four on every bench.kda row; solve on two warps 1.37x slower. At K = V = 64 intra 616
 # (main) -> 311 us (one warp; 897 with the new loop on four), the forward 0.85 to 0.93 of main's (bench/NOTES.md).
 _K1_SM90 = dict(_K1, intra=KernelConfig(1))
+# At K 128 sm90 caps the stage and the solve at 168 registers a thread, three programs an SM instead of two
+# (they took 255 and 183 to 242): on the H200 the solve 1071 -> 956 us and the stage 447 -> 399 at 1x8192x96,
+# each cap alone 0.96 to 0.98 and 0.98 to 1.00 of the forward's time uncapped on the bench.kda rows from
+# 1x4096x12 on (1.01 and 1.02 at 1x1024x12), outputs bit-identical; a cap of 128 (four programs) made the
+# solve slower (1105), one of 168 on intra's one warp (255 registers, eight programs an SM) intra (1131
+# against 707) (bench/NOTES.md). K 64 (solve 196 to 208 registers) is not measured: no cap there.
+_K1_SM90_K128 = dict(_K1_SM90, stage=KernelConfig(4, maxnreg=168), solve=KernelConfig(4, maxnreg=168))
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
-           128: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
+           128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
 
 # AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
 # prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
@@ -107,12 +117,17 @@ _SM90_INTRA = ("one warp holds intra's [16, K] q, k and gc tiles and their produ
                "1281 on four (8 bytes), the exact halves on two warps 1107 (bench/NOTES.md)")
 _SM90_STAGE = ("the stage on 128 columns (a K 128 head in one block) holds the [64, 128] q, k and g tiles with the "
                "L2 norm's row sums: 255 registers and a 32 to 48-byte stack at K 128 (triton 3.9; on 64 columns 168 "
-               "registers and none); stage 498 -> 443 us at 1x8192x96 on the H200 with it (bench/NOTES.md)")
+               "registers and none); stage 498 -> 443 us at 1x8192x96 on the H200 with it, and 443 -> 399 capped at "
+               "168 registers, three programs an SM (bench/NOTES.md)")
+_SM90_SOLVE = ("at K 128 the solve capped at 168 registers (three programs an SM; 183 to 242 uncapped, two) keeps "
+               "T and a column block's operands in a stack of about 150 bytes; 1071 -> 956 us at 1x8192x96 on the "
+               "H200 (bench/NOTES.md)")
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA, "kda_stage_kernel": _SM90_STAGE}),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA, "kda_stage_kernel": _SM90_STAGE,
+                                            "kda_solve_kernel": _SM90_SOLVE}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
