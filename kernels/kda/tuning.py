@@ -1,16 +1,16 @@
 """Launch configurations of the KDA forward, per arch: data, chosen by `kernels.arch`.
 
-For each head size K a row gives the warps, and the software-pipelining
-stages (None: Triton's default), of K1's three kernels (stage, intra, solve),
-of the chunk walk (which pass A, the transition kernel, shares) and of pass B
-(the scan). For the arch:
-the input precision of pass B's fp32 product M S_in, which must stay about
-fp32 (NVIDIA: 'tf32x3'; AMD's backend has no tf32x3, and 'ieee' is exact fp32),
-that of the solve kernel's merges inside the diagonal blocks of T (NVIDIA 'tf32': T
-goes to bf16 operands next, and tf32x3 there took the solve from 1069 to 1367 us at
-1x8192x96 on the H200, the forward 1.07x to 1.09x on every bench.kda row; AMD 'ieee'),
-and, for a kernel whose every config tried on that arch spills, why (a
-compile report counts those spills as known). `config(arch, K)` picks the
+For each head size K a row gives the warps, the software-pipelining stages
+(None: Triton's default) and, on NVIDIA, any register cap of K1's three
+kernels (stage, intra, solve), of the chunk walk (which pass A, the transition
+kernel, shares) and of pass B (the scan). For the arch: the input precision of
+pass B's fp32 product M S_in, which must stay about fp32 (NVIDIA: 'tf32x3';
+AMD's backend has no tf32x3, and 'ieee' is exact fp32), that of the solve
+kernel's merges inside the diagonal blocks of T (NVIDIA 'tf32': T goes to bf16
+operands next, and tf32x3 there took the solve from 1069 to 1367 us at
+1x8192x96 on the H200, the forward 1.07x to 1.09x on every bench.kda row; AMD
+'ieee'), and, for a kernel whose every config tried on that arch spills, why
+(a compile report counts those spills as known). `config(arch, K)` picks the
 row; an arch without a table gets DEFAULT.
 """
 

@@ -39,15 +39,16 @@ gfx942, e4m3fnuz elsewhere) and gfx1250's wave32 (twice the registers a lane
 for a tile) need smaller steps still (gfx942's D 64 row: a 64-key step took
 257 VGPRs, one wave, on a forced split of 128 rows, MTP 8 and GQA 16, with
 e4m3fn decoded from its bits and per-token scales; at 32 keys the GPU tier's
-145 D 64 specializations take 86 to 236, two waves or more). At D 256 (and D 192, padded to it) a
-32-key step took 257 to 279 VGPRs on gfx942 (bf16 caches, per-token fp8, up
-to 16 rows): 16 keys there take 132 to 238. Four warps took 266 to 290 VGPRs
-on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to 632 on gfx1250
-(64 rows): eight warps take 188 to 216 and 440 to 442. waves_per_eu=2 is not
-set on the rows: it made the compiler spill specializations that fit 256 VGPRs
-without it. gfx1250's split launches alone ask for it (`split_waves_per_eu`:
-the fold behind the arrival counter's ticket took one wave there). Heads of
-512 and 1024 dims run as dim slices on every arch (the note above `_SLICED`).
+145 D 64 specializations take 86 to 236, two waves or more). At D 256 (and D
+192, padded to it) a 32-key step took 257 to 279 VGPRs on gfx942 (bf16 caches,
+per-token fp8, up to 16 rows): 16 keys there take 132 to 238. Four warps took
+266 to 290 VGPRs on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to
+632 on gfx1250 (64 rows): eight warps take 188 to 216 and 440 to 442.
+waves_per_eu=2 is not set on the rows: it made the compiler spill
+specializations that fit 256 VGPRs without it. gfx1250's split launches alone
+ask for it (`split_waves_per_eu`: the fold behind the arrival counter's ticket
+took one wave there). Heads of 512 and 1024 dims run as dim slices on every
+arch (the note above `_SLICED`).
 """
 
 from dataclasses import dataclass
