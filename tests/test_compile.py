@@ -314,7 +314,7 @@ def test_an_earlier_report_lends_its_facts_to_equal_compiler_inputs(tmp_path):
     assert f"1 of them have the compiler inputs of a binary in {earlier}: its facts are taken, 0 are compiled" in out
     row = again["binaries"][0]
     assert rc == 0 and row["reused"] and row["registers"] == 7 and row["sha256"] == first["binaries"][0]["sha256"]
-    plant = _TABLE.format(row="tuning.LaunchConfig(256, 32, 4, 2)")  # another step: other compiler inputs
+    plant = _TABLE.format(row="tuning.LaunchConfig(256, 16, 4, 2)")  # another step: other compiler inputs
     rc, out, changed = _compile(argv, tmp_path, plant=plant)
     row = changed["binaries"][0]
     assert rc == 0 and not row["reused"] and row["registers"] > 7 and row["inputs"] != first["binaries"][0]["inputs"]
