@@ -17,6 +17,7 @@ import triton.language as tl
 
 from kernels import arch as _arch
 from kernels import launch as _launch
+from kernels.paged_decode import gluon_partition as _gluon
 from kernels.paged_decode import partition as _partition
 from kernels.paged_decode import plan as _plan
 from kernels.paged_decode import tuning as _tuning
@@ -29,6 +30,7 @@ _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 HEAD_DIMS = (64, 128, 192, 256, 512, 1024)  # 1024 with fp8 caches only
 _LAYOUTS = ("shuffled", "plain")
+_KERNELS = (None, *_tuning.KERNELS)
 
 
 def _name(dtypes) -> str:
@@ -153,7 +155,11 @@ class _Call:
     fp8_bits: bool  # the caches are read as their uint8 codes
     data_checks: bool  # every call checks the tables and lengths on the host (kernels.arch.data_checks)
     elem: int  # the caches' element size in bytes
+    dtypes: tuple  # (query, cache)
     constexprs: dict
+    layout: str
+    kernel: str | None  # the caller's choice: "triton", "gluon", or None (the arch's table decides)
+    aligned: bool  # both caches start at a multiple of 16 bytes (part of the signature's key)
     partition: _launch.Bound | None = None  # from _bound: the launch of this signature
     workspace: tuple | None = None  # (m and l shape, acc shape, counters) of the split's scratch
 
@@ -185,7 +191,7 @@ def dot_dtype(query_dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq_lens, scale,
                            k_scale, v_scale, sliding_window, *, layout="shuffled", max_seq_len=None,
-                           partition_size=None, force_split=None, workspace=None, validate=None):
+                           partition_size=None, force_split=None, workspace=None, validate=None, kernel=None):
     """Windowed paged decode attention over an fp8 (or bf16/fp16) KV cache; writes and returns `out`.
 
     query        [num_seqs, Hq, D] or [num_seqs, Q, Hq, D] (MTP), bf16 or fp16, last dim contiguous
@@ -207,20 +213,26 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     validate     check block ids and lengths against the cache, the table and max_seq_len on the host
                  (a device sync): True/False; None follows QUANTFLOOR_VALIDATE=1. Always on under the
                  Triton interpreter. scale is checked on every call (finite and > 0).
+    kernel       "triton" (kernels/paged_decode/partition.py), "gluon" (gluon_partition.py: NVIDIA GPUs whose
+                 arch has a Gluon launch table, kernels/paged_decode/tuning.py) or None: the Gluon kernel
+                 where the arch's table picks it, else the Triton one
     """
     if validate is not None and validate is not True and validate is not False:
         _arch.data_checks(validate)  # raises, naming the argument
+    if kernel is not None and kernel != "triton" and kernel != "gluon":
+        raise ValueError(f"kernel: expected one of {_KERNELS}, got {kernel!r}")
     tensors = (out, query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale)
     key = (*_launch.signatures(tensors),
            type(scale), scale, type(sliding_window), sliding_window, layout, type(max_seq_len), max_seq_len,
            type(partition_size), partition_size, type(force_split), force_split, type(workspace), validate,
-           _arch.planned_target(), *_plan_env(),
+           kernel, (key_cache.data_ptr() | value_cache.data_ptr()) % 16 == 0 if isinstance(key_cache, torch.Tensor)
+           and isinstance(value_cache, torch.Tensor) else None, _arch.planned_target(), *_plan_env(),
            # the modules a signature's launches come from (verify.mutants swaps them for mutated ones)
-           _partition, _plan, _tuning, _arch)
+           _partition, _gluon, _plan, _tuning, _arch)
     call = _CALLS.get(key)
     if call is None:
         call = _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-                        sliding_window, layout, max_seq_len, partition_size, force_split, workspace, validate)
+                        sliding_window, layout, max_seq_len, partition_size, force_split, workspace, validate, kernel)
         if len(_CALLS) > 1024:
             _CALLS.clear()
         _CALLS[key] = call
@@ -247,34 +259,43 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
 
 def _bound(call: "_Call", scale, window, partition_size, force_split, table_width) -> dict:
     """The plan of a checked signature and its launch: the partition kernel (a split one folds its
-    partitions in its last program) and the workspace shapes a split takes; the same for every call
-    of the signature."""
+    partitions in its last program), Triton's or Gluon's, and the workspace shapes a split takes; the
+    same for every call of the signature."""
     device, num_seqs, num_kv_heads, head_dim = call.device, call.num_seqs, call.num_kv_heads, call.head_dim
     kgeo, vgeo, common = call.kgeo, call.vgeo, call.constexprs
-    plan = _plan.plan_decode(
-        num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=call.max_seq_len, num_queries=call.num_q,
-        window=window, block_size=call.block_size, partition_size=partition_size,
-        cu=_arch.cu_count(device), arch=_arch.arch_name(device), force_split=force_split,
-        group=call.group, head_dim=head_dim, elem=call.elem)
+    arch = _arch.arch_name(device)
+    planned = dict(num_seqs=num_seqs, num_kv_heads=num_kv_heads, max_seq_len=call.max_seq_len,
+                   num_queries=call.num_q, window=window, block_size=call.block_size, partition_size=partition_size,
+                   cu=_arch.cu_count(device), arch=arch, force_split=force_split, group=call.group,
+                   head_dim=head_dim, elem=call.elem)
+    kernel = call.kernel or "triton"
+    plan = _plan.plan_decode(**planned, kernel=kernel)
+    if call.kernel is None and _gluon_fault(call) is None:
+        gluon_plan = _plan.plan_decode(**planned, kernel="gluon")
+        if gluon_plan.launch.picked:
+            kernel, plan = "gluon", gluon_plan
     rows = call.group * call.num_q
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     launch = plan.launch
     programs = num_kv_heads * plan.row_tiles  # (kv head, row tile): a split's counters a sequence
     tile = dict(G=common["G"], Q=common["Q"], M_PAD=plan.m_pad, ROW_TILES=plan.row_tiles,
                 D=_plan.pow2_at_least(head_dim), D_REAL=head_dim)
-    partition = _launch.Bound(_partition.decode_partition_kernel,  # axis 1: (kv head, row tile, dim slice)
+    constexprs = dict(**tile, DV=tile["D"] // plan.dim_slices, BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
+                      # keys that share a cache block and sit one stride apart in both caches
+                      CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
+                      V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
+                      KEYS_M=launch.keys_m, SPLIT=plan.split, MERGE_ROWS=plan.merge_rows, MERGE_DIMS=plan.merge_dims,
+                      MERGE_UNROLL=plan.merge_unroll)
+    fn = _partition.decode_partition_kernel
+    if kernel == "gluon":
+        fn = _gluon.decode_partition_gluon
+        constexprs.update(V_KEYS_INNER=call.layout == "shuffled", STAGES=launch.num_stages,
+                          SCORE_DIMS=min(tile["D"], _gluon.SCORE_DIMS), NUM_WARPS=launch.num_warps,
+                          DOT=_dot(arch, kernel, *call.dtypes, device))
+    partition = _launch.Bound(fn,  # axis 1: (kv head, row tile, dim slice)
                               (num_seqs, programs * plan.dim_slices, plan.n_part), (
         *_launch.slots(12), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
-        *call.strides,
-        kgeo["blk"], kgeo["head"], kgeo["dhi"], kgeo["dlo"], kgeo["slo"],
-        vgeo["blk"], vgeo["head"], vgeo["dlo"], vgeo["shi"], vgeo["slo"],
-        *call.ks_st, *call.vs_st, *ws_strides),
-        dict(**tile, DV=tile["D"] // plan.dim_slices, BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
-             # keys that share a cache block and sit one stride apart in both caches
-             CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
-             V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
-             KEYS_M=launch.keys_m, SPLIT=plan.split, MERGE_ROWS=plan.merge_rows, MERGE_DIMS=plan.merge_dims,
-             MERGE_UNROLL=plan.merge_unroll),
+        *call.strides, *_cache_strides(call, kernel), *call.ks_st, *call.vs_st, *ws_strides), constexprs,
         dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
     if not plan.split:
         return dict(partition=partition, workspace=None)
@@ -282,8 +303,61 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     return dict(partition=partition, workspace=(ml_shape, (*ml_shape, head_dim), num_seqs * programs))
 
 
+def _dot(arch: str, kernel: str, query_dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device):
+    """The DOT constexpr of `kernel` on `arch`: fp16 for an fp8 cache where its table asks for it, else
+    the query's dot dtype (dot_dtype)."""
+    table = _tuning.tuning(arch, kernel) if _tuning.has_table(arch, kernel) else None  # else refused later
+    if _arch.fp8_format(cache_dtype) and table is not None and table.fp8_dot == "fp16":
+        return tl.float16
+    return _TL[dot_dtype(query_dtype, device)]
+
+
+def gluon_unavailable(device: torch.device) -> str | None:
+    """Why the Gluon kernel (kernel="gluon") cannot run on `device`, None where it can: it is compiled
+    for NVIDIA GPUs whose arch has a Gluon launch table, and the Triton interpreter cannot run it."""
+    if _arch.interpreting():
+        return "the Triton interpreter cannot run a Gluon kernel"
+    arch = _arch.arch_name(device)
+    if not _tuning.has_table(arch, "gluon"):
+        return f"no Gluon launch table for {arch} (kernels/paged_decode/tuning.py has {tuple(_tuning.GLUON_TABLES)})"
+    return None
+
+
+def _gluon_fault(call: "_Call") -> str | None:
+    """Why the Gluon kernel cannot run this signature (None: it can): gluon_unavailable, or caches
+    whose 16-byte runs (the dims of a key; the keys of a value dim in the shuffled layout) do not lie
+    together at 16-byte boundaries: stride 1 along the run, every other stride a multiple of its
+    length, the caches 16-byte aligned."""
+    unavailable = gluon_unavailable(call.device)
+    if unavailable is not None:
+        return unavailable
+    if not call.aligned:
+        return "key_cache/value_cache: the Gluon kernel copies 16-byte runs; expected 16-byte aligned caches"
+    run = 16 // call.elem
+    for name, geo, along in (("key_cache", call.kgeo, "dlo"),
+                             ("value_cache", call.vgeo, "slo" if call.layout == "shuffled" else "dlo")):
+        others = {k: geo[k] for k in ("blk", "head", "dhi", "dlo", "shi", "slo") if k != along}
+        if geo[along] != 1 or any(v % run for v in others.values()):
+            return (f"{name}: the Gluon kernel copies runs of {run} elements; expected stride 1 along them and "
+                    f"other strides multiples of {run}, got {geo[along]} and {sorted(others.values())}")
+    return None
+
+
+def _cache_strides(call: "_Call", kernel: str) -> tuple:
+    """The caches' strides as `kernel` takes them, K (blk, head, dhi, dlo, slo) then V (blk, head, dlo,
+    shi, slo): in elements for Triton's; for Gluon's in 16-byte runs but for the run's own stride, 1
+    (kernels/paged_decode/gluon_partition.py; _gluon_fault checked that they divide)."""
+    k_names, v_names = ("blk", "head", "dhi", "dlo", "slo"), ("blk", "head", "dlo", "shi", "slo")
+    k, v = [call.kgeo[n] for n in k_names], [call.vgeo[n] for n in v_names]
+    if kernel == "gluon":
+        run, v_run = 16 // call.elem, "slo" if call.layout == "shuffled" else "dlo"
+        k = [s if n == "dlo" else s // run for n, s in zip(k_names, k)]
+        v = [s if n == v_run else s // run for n, s in zip(v_names, v)]
+    return (*k, *v)
+
+
 def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale, v_scale,
-             sliding_window, layout, max_seq_len, partition_size, force_split, workspace, validate) -> _Call:
+             sliding_window, layout, max_seq_len, partition_size, force_split, workspace, validate, kernel) -> _Call:
     """Every check of the entry's arguments that their shapes, dtypes, strides, devices and host values
     decide; raises a named error, or returns what the launch needs."""
     _check_tensor("query", query, _QUERY_DTYPES, (3, 4))
@@ -356,17 +430,20 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
     if ks_tok != vs_tok:
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
     fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
-    fp8_dot = _tuning.tuning(_arch.arch_name(device)).fp8_dot if _arch.fp8_format(key_cache.dtype) else None
     constexprs = dict(G=group, Q=num_q, FP8_MODE=fp8_mode,
-                      DOT=tl.float16 if fp8_dot == "fp16" else _TL[dot_dtype(query.dtype, device)])
+                      DOT=_dot(_arch.arch_name(device), kernel or "triton", query.dtype, key_cache.dtype, device))
     call = _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
                  per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,
                  strides=(*o4.stride()[:3], *q4.stride()[:3], block_tables.stride(0)),
                  fp8_bits=fp8_mode in _arch.FP8_BITS, elem=key_cache.element_size(),
+                 dtypes=(query.dtype, key_cache.dtype), layout=layout, kernel=kernel,
+                 aligned=(key_cache.data_ptr() | value_cache.data_ptr()) % 16 == 0,
                  # a meta tensor holds no ids to check
                  data_checks=device.type != "meta" and _arch.data_checks(validate),
                  constexprs=constexprs)
+    if kernel == "gluon" and _gluon_fault(call) is not None:
+        raise ValueError(f"kernel: 'gluon' cannot run here: {_gluon_fault(call)}")
     if num_seqs == 0:
         return call
     return dataclasses.replace(call, **_bound(call, scale, sliding_window, partition_size, force_split,

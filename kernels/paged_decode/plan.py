@@ -30,7 +30,8 @@ attends. The split spreads that walk over partitions when it pays:
   query positions spread over more programs;
 - a head wider than the launch config's `slice_dims` runs as slices of that
   many dims (each its own program, scoring the whole head), counted in the grid;
-- the launch config (`kernels.paged_decode.tuning`) is chosen by head size,
+- the launch config (`kernels.paged_decode.tuning`, the table of the kernel planned
+  for: Triton's or Gluon's) is chosen by head size,
   rows a program, cache element size and the keys each CU walks, and, for a
   one-pass launch, the programs per CU its grid holds (a split makes its own);
   a tile holds at least 16 rows (the MMA's M), or 8 where the config puts the
@@ -68,11 +69,12 @@ class DecodePlan:
     dim_slices: int = 1
 
 
-def split_archs() -> tuple[str, ...]:
-    """The archs where the auto path may split."""
+def split_archs(kernel: str = "triton") -> tuple[str, ...]:
+    """The archs where the auto path may split `kernel`'s walk."""
     env = os.environ.get("QUANTFLOOR_SPLIT_ARCH")
     if env is None:
-        return tuple(arch for arch, table in tuning.TABLES.items() if table.split)
+        tables = tuning.GLUON_TABLES if kernel == "gluon" else tuning.TABLES
+        return tuple(arch for arch, table in tables.items() if table.split)
     return tuple(a.strip() for a in env.split(",") if a.strip())
 
 
@@ -111,17 +113,19 @@ def row_tiles(rows: int, head_dim: int, least: int = LEAST_ROWS) -> tuple[int, i
 
 def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queries: int,
                 window: int, block_size: int, partition_size: int | None, cu: int, arch: str,
-                force_split: bool | None, group: int = 1, head_dim: int = 128, elem: int = 1) -> DecodePlan:
+                force_split: bool | None, group: int = 1, head_dim: int = 128, elem: int = 1,
+                kernel: str = "triton") -> DecodePlan:
     """Choose the row tiles (the query split), the launch config, one-pass or split, the partition
     count and size. A sequence runs num_kv_heads * row_tiles programs a partition; `elem` is the
-    cache's element size in bytes; partition_size None: the launch config's (or PARTITION_SIZE)."""
+    cache's element size in bytes; partition_size None: the launch config's (or PARTITION_SIZE);
+    `kernel` ('triton' or 'gluon'): whose launch table the configs come from."""
     rows = group * num_queries
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
     work = num_seqs * num_kv_heads * eff // max(cu, 1)  # keys each CU walks
 
     def tiled(programs: float) -> tuple[int, int, tuning.LaunchConfig]:
         """(m_pad, tiles, launch config) with `programs` programs per CU to spread the keys over."""
-        first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work, programs)
+        first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work, programs, kernel)
         least = LEAST_ROWS_N if first.keys_m else LEAST_ROWS
         m_pad, tiles = row_tiles(rows, head_dim, least)
         if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
@@ -129,7 +133,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
             q_pad = max(least, pow2_at_least(group))
             if q_pad < m_pad:
                 m_pad, tiles = q_pad, _cdiv(rows, q_pad)
-        return m_pad, tiles, tuning.config(arch, head_dim, m_pad, elem, work, programs)
+        return m_pad, tiles, tuning.config(arch, head_dim, m_pad, elem, work, programs, kernel)
 
     m_pad, tiles, launch = tiled(float("inf"))  # a split makes programs enough for any row
     if partition_size is None:
@@ -141,15 +145,15 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     split = force_split is not False
     if force_split is None:
         wanted = grid < cu or n_full >= (launch.long_walk or LONG_WALK_PARTS) or grid < launch.min_programs * cu
-        split = arch in split_archs() and n_full >= 2 and wanted
+        split = arch in split_archs(kernel) and n_full >= 2 and wanted
     if not split:
         if grid < launch.min_programs * cu:  # a one-pass launch has only its grid to spread the keys
             m_pad, tiles, launch = tiled(grid / max(cu, 1))
         return DecodePlan(split=False, n_part=1, part_size=_cdiv(span, block_size) * block_size, p2=1,
                           m_pad=m_pad, row_tiles=tiles, launch=launch, dim_slices=slices(head_dim, launch))
-    n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch) * cu // grid))
+    n_part = min(n_full, max(2, tuning.programs_per_cu(arch, launch, kernel) * cu // grid))
     part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)
-    table = tuning.tuning(arch)
+    table = tuning.tuning(arch, kernel)
     dims = min(pow2_at_least(head_dim), table.merge_dims)
     # the fold holds only rows that exist (GQA 4, one query: 4 of a tile of 8 or 16)
     fold_rows = min(m_pad, pow2_at_least(rows))

@@ -1,4 +1,8 @@
-"""Launch configurations of the paged decode, per arch: data, chosen by `kernels.arch`.
+"""Launch configurations of the paged decode, per arch and kernel: data, chosen by `kernels.arch`.
+
+TABLES serve the Triton partition kernel (every arch; DEFAULT where an arch
+has no table), GLUON_TABLES the Gluon one (only the archs listed; their rows
+say where the auto path takes it: `picked`, and why, beside each row).
 
 A row gives, for head sizes up to `max_head_dim`, up to `max_rows` query
 rows a program holds (G * Q), caches of at most `max_elem` bytes an element
@@ -70,7 +74,8 @@ class LaunchConfig:
     weighs where the head is wider (a power of two; the head runs as that many slices, each
     scoring the whole head; None: the whole head); long_walk: the partitions of `partition_size`
     from which the auto path splits a walk that long although the grid fills the device (None:
-    kernels.paged_decode.plan.LONG_WALK_PARTS)."""
+    kernels.paged_decode.plan.LONG_WALK_PARTS); picked (a Gluon table's row): the auto path runs the
+    Gluon kernel where the row serves, the Triton kernel elsewhere."""
 
     max_head_dim: int
     block_n: int
@@ -88,6 +93,7 @@ class LaunchConfig:
     partition_size: int | None = None
     slice_dims: int | None = None
     long_walk: int | None = None
+    picked: bool = False
 
     def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf")) -> bool:
         """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
@@ -222,42 +228,101 @@ DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4,
                      split=False, programs_per_cu=2)
 
 
+# The Gluon partition kernel's tables (kernels/paged_decode/gluon_partition.py), per arch that has the kernel:
+# NVIDIA from sm80 (cp.async and mma.sync). Its keys are always the MMA's M, stacked over the warps (block_n
+# at least 16 a warp), and num_stages is its ring of shared-memory buffers (a power of two, at least 2, each
+# holding a tile's K, V and scales). The rows follow the Triton table's rules (rows a program, element size,
+# keys a CU, slices) with the Gluon kernel's own steps; `picked` marks where the auto path runs it.
+#
+# sm90, `python reports/dev/gluon_sweep.py` on the H200 (one process, graph replay, the Triton kernel's auto
+# path timed beside; bench/NOTES.md has the tables):
+# - fp8, up to 8 rows, from _DEEP keys a CU (64 x 8192 / 4096 and 8 x 32768: 15887): one warp, 32 keys, a
+#   ring of 4: 164.0 and 167.4 us against 195.6 and 200.1 for Triton (2 stages: 196.0 and 189.6); at 1986
+#   keys a CU (8 x 8192 / 4096) the ring of 4 lost (35.0 against 27.3 at 2 stages);
+_DEEP = 8192
+# - fp8, up to 8 rows, from _HALF keys a CU: one warp, 32 keys, 2 stages: 8 x 8192 / 4096 27.3 against 32.8,
+#   32 x 590 18.6 against 21.5, 128 x 2048 / 1024 (one pass) 78.9 against 101.5;
+# - fp8, up to 8 rows, fewer keys a CU: four warps, 128 keys: 1 x 8192 / 4096 10.6 against 13.8, 1 x 8192 /
+#   257 (MTP 4) 7.6 against 9.2;
+# - two-byte caches, up to 8 rows: two warps, 64 keys: 8 x 8192 / 4096 bf16 48.0 against 66.2;
+# - more than 8 rows at D 128: four warps, 64 keys; 16-row tiles of the query split (MTP 4, GQA 16, 128-key
+#   blocks) lost (43.7 against 40.3 for Triton's split): not picked;
+# - D 256, up to 8 rows: four warps, 64 keys: 27.5 against 38.4;
+# - D 512 and 1024, 256-dim slices on two warps: 869.7 and 642.2 us against 1545.0 and 1249.4.
+_GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows] fp32 accumulator with a 64-key tile's "
+                      "operands: 255 registers and a stack of 8 to 672 bytes in some specializations (bf16 caches, "
+                      "16 to 64 rows); up to 8 rows it was the fastest timed at D 256 (bench/NOTES.md)")
+_GLUON_SLICED_SPILLS = ("256-dim slices on two warps with 32 rows: 255 registers and a stack of up to a few hundred "
+                        "bytes; 1.8x and 1.9x faster than Triton's sliced row where timed (bench/NOTES.md)")
+GLUON_TABLES = {
+    "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
+                                          programs_per_cu=12, min_programs=_ONE_PASS, picked=True),
+                             LaunchConfig(128, 32, 1, 2, max_rows=8, max_elem=1, min_work=_FULL, keys_m=True,
+                                          programs_per_cu=12, min_programs=_ONE_PASS, picked=True),
+                             LaunchConfig(128, 32, 1, 2, max_rows=8, max_elem=1, min_work=_HALF, keys_m=True,
+                                          programs_per_cu=12, min_programs=_ONE_PASS, partition_size=128,
+                                          picked=True),
+                             LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, keys_m=True, programs_per_cu=3,
+                                          picked=True),
+                             LaunchConfig(128, 64, 2, 2, max_rows=8, keys_m=True, programs_per_cu=6,
+                                          min_programs=_ONE_PASS, picked=True),
+                             LaunchConfig(128, 64, 4, 2, keys_m=True),
+                             LaunchConfig(256, 64, 4, 2, max_rows=8, keys_m=True, picked=True,
+                                          spills=_GLUON_D256_SPILLS),
+                             LaunchConfig(256, 64, 4, 2, keys_m=True, spills=_GLUON_D256_SPILLS),
+                             LaunchConfig(1024, 32, 2, 2, keys_m=True, slice_dims=256, long_walk=_SLICED_LONG_WALK,
+                                          picked=True, spills=_GLUON_SLICED_SPILLS)),
+                       split=True, programs_per_cu=2, fp8_dot="fp16"),
+}
+KERNELS = ("triton", "gluon")
+
+
 PARTITION_SIZE = 256  # keys a split partition takes where neither the caller nor the row says
 
 
 def partition_sizes() -> tuple:
     """Every partition size a row of any table (or the default) may choose, smallest first."""
-    sizes = {row.partition_size for table in (*TABLES.values(), DEFAULT) for row in table.rows}
+    sizes = {row.partition_size for table in (*TABLES.values(), DEFAULT, *GLUON_TABLES.values()) for row in table.rows}
     return tuple(sorted((sizes - {None}) | {PARTITION_SIZE}))
 
 
-def tuning(arch: str) -> ArchTuning:
-    """The table of `arch` ('sm90', 'gfx942', 'cpu', ...), DEFAULT where it has none."""
+def has_table(arch: str, kernel: str) -> bool:
+    """Whether `kernel` ('triton' or 'gluon') has a launch table for `arch` (the Triton kernel runs
+    everywhere, on DEFAULT where its arch has none)."""
+    return kernel == "triton" or arch in GLUON_TABLES
+
+
+def tuning(arch: str, kernel: str = "triton") -> ArchTuning:
+    """The table of `kernel` on `arch` ('sm90', 'gfx942', 'cpu', ...); the Triton kernel's DEFAULT where
+    it has none (the Gluon kernel has no default: has_table)."""
+    if kernel == "gluon":
+        return GLUON_TABLES[arch]
     return TABLES.get(arch, DEFAULT)
 
 
 def config(arch: str, head_dim: int, rows: int, elem: int = 1, work: int = 0,
-           programs: float = float("inf")) -> LaunchConfig:
+           programs: float = float("inf"), kernel: str = "triton") -> LaunchConfig:
     """The launch config for head size `head_dim`, `rows` query rows a program (G * Q), a cache of
     `elem` bytes an element, `work` keys each CU walks and `programs` programs a CU (a one-pass
-    launch's grid; a split makes as many as its row asks), on `arch`: its first row that fits."""
-    for row in tuning(arch).rows:
+    launch's grid; a split makes as many as its row asks), on `arch`, for `kernel`: its first row
+    that fits."""
+    for row in tuning(arch, kernel).rows:
         if row.fits(head_dim, rows, elem, work, programs):
             return row
     raise ValueError(f"head_dim: no launch config for {head_dim} (with {rows} rows a program) on {arch}")
 
 
-def programs_per_cu(arch: str, row: LaunchConfig) -> int:
-    """The partition programs per CU a split with launch config `row` aims for on `arch`."""
-    return row.programs_per_cu or tuning(arch).programs_per_cu
+def programs_per_cu(arch: str, row: LaunchConfig, kernel: str = "triton") -> int:
+    """The partition programs per CU a split with launch config `row` of `kernel` aims for on `arch`."""
+    return row.programs_per_cu or tuning(arch, kernel).programs_per_cu
 
 
 def spills(arch: str, head_dim: int, rows: int, block_n: int, keys_m: bool, num_warps: int,
-           maxnreg: int | None = None) -> str:
+           maxnreg: int | None = None, kernel: str = "triton") -> str:
     """Why the row of `arch` that launched a program of tile width `head_dim`, `rows` rows, `block_n`
     keys a step, that orientation, warps and register cap spills ('' where it must not): the first
     such row."""
-    for row in tuning(arch).rows:
+    for row in tuning(arch, kernel).rows:
         if (head_dim <= row.max_head_dim and rows <= row.max_rows
                 and (row.block_n, row.keys_m, row.num_warps, row.maxnreg) == (block_n, keys_m, num_warps, maxnreg)):
             return row.spills
