@@ -32,14 +32,17 @@ from reference import fp8, layouts
 CACHES = ("e4m3fn", "e4m3fnuz", "bf16")
 SCALES = ("tensor", "token")
 LAYOUTS = ("shuffled", "plain")
-PATHS = ("onepass", "split", "auto")
+PATHS = ("onepass", "split", "auto", "gluon")
+# Paths only a GPU runs: the Gluon kernel is compiled for NVIDIA GPUs, and the Triton interpreter cannot run
+# Gluon, so the CPU tier lists none of its cases.
+GPU_PATHS = ("gluon",)
 _TORCH_CACHE = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz, "bf16": torch.bfloat16}
 _ID = re.compile(
     r"decode-(?P<cache>e4m3fnuz|e4m3fn|bf16)-(?P<scales>tensor|token)-b(?P<block>\d+)-hq(?P<hq>\d+)"
     r"-hkv(?P<hkv>\d+)-d(?P<d>\d+)-w(?P<window>-?\d+)-L(?P<lens>\d+(?:_\d+)*)-q(?P<q>\d+)"
     r"-(?P<layout>shuffled|plain)(?:-(?P<dist>" + "|".join(DISTS[1:]) + r"))?"
     r"(?:-p(?P<partition>\d+))?(?:-cu(?P<cu>\d+))?(?:-(?P<tag>[a-z0-9]+))?"
-    r"-(?P<path>onepass|split|auto)"
+    r"-(?P<path>onepass|split|auto|gluon)"
 )
 
 

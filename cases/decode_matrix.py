@@ -38,7 +38,7 @@ subnormals (below 2^-126) load as zero under the Triton interpreter (triton
 import functools
 
 from cases import matrix
-from cases.decode import PATHS, DecodeCase
+from cases.decode import GPU_PATHS, PATHS, DecodeCase
 from cases.decode_values import DISTS
 
 FACTORS = {
@@ -136,15 +136,17 @@ def _covering(strength: int, constraint, reads: tuple) -> tuple:
 
 
 def decode_matrix(tier: str) -> list[DecodeCase]:
-    """The matrix cases of a tier (the rows of `matrix_rows`) x every path.
+    """The matrix cases of a tier (the rows of `matrix_rows`) x every path (the CPU tier leaves out
+    GPU_PATHS: the interpreter cannot run Gluon).
 
     Named lengths can resolve alike (with W = 1, `w-1` and `w` are lengths 0 and
     1), so a case is kept once, at its first row.
     """
     rows = matrix_rows(tier)
+    paths = [path for path in PATHS if tier != "cpu" or path not in GPU_PATHS]
     cases = {}
     for row in rows:
-        for path in PATHS:
+        for path in paths:
             case = _case(row, tier, path)
             cases.setdefault(case.id, case)
     return list(cases.values())

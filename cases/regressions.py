@@ -201,7 +201,19 @@ KDA_REGRESSIONS = (
                case=KdaCase(h=1, dim=64, b=1, t=130, dtype="f16", state="dense", schedule="segmented1")),
 )
 
-ALL = DECODE_REGRESSIONS + KDA_REGRESSIONS
+# The decode regressions whose bug the Gluon kernel could repeat in its own code (kernels/paged_decode/
+# gluon_partition.py), each run through the Gluon path: `gluon-<name>`, GPU only (the interpreter cannot run
+# Gluon). Its mutant takes the fix back in the Gluon source (verify.mutants).
+GLUON_TWINS = ("wild-output-store", "endless-loop", "nan-unused-v-slots", "nan-unused-v-scales", "empty-partitions",
+               "v-scale-strides", "reduce-batch-stride", "window-off-by-one", "fp8-subnormals-flushed",
+               "running-max-from-zero", "running-max-frozen", "accumulator-fp16", "cache-through-fp16",
+               "fp16-query-unscaled", "row-tiles-ignored", "reduce-over-kv-heads-only", "head-padding-unmasked",
+               "dim-slices-overlap")
+_BY_NAME = {reg.name: reg for reg in DECODE_REGRESSIONS}
+GLUON_REGRESSIONS = tuple(Regression(f"gluon-{name}", f"(the Gluon kernel) {_BY_NAME[name].finding}",
+                                     case=_BY_NAME[name].case.with_path("gluon"), gpu=True) for name in GLUON_TWINS)
+
+ALL = DECODE_REGRESSIONS + GLUON_REGRESSIONS + KDA_REGRESSIONS
 
 
 def by_name(name: str) -> Regression:

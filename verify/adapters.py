@@ -23,7 +23,9 @@ from kernels.kda import tuning as kda_tuning
 from kernels.paged_decode import plan as decode_plan
 from kernels.paged_decode import tuning as decode_tuning
 
-FORCE_SPLIT = {"onepass": False, "split": True, "auto": None}
+# Per kernel path: the split forced on or off (None: the plan decides) and the kernel (None: the arch's table).
+FORCE_SPLIT = {"onepass": False, "split": True, "auto": None, "gluon": None}
+KERNEL = {"onepass": "triton", "split": "triton", "auto": None, "gluon": "gluon"}
 UNCAPPED_CU = 1 << 30  # so many CUs that the planner never caps the partition count
 
 
@@ -83,8 +85,15 @@ def decode_call(inputs, *, path: str, workspace=None, out=None):
             out, inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables, inputs.seq_lens,
             inputs.scale, inputs.k_scale, inputs.v_scale, case.window, layout=case.layout,
             max_seq_len=inputs.max_seq_len, partition_size=case.partition or None, force_split=FORCE_SPLIT[path],
-            workspace=workspace)
+            workspace=workspace, kernel=KERNEL[path])
     return out
+
+
+def decode_unavailable(case, device) -> str | None:
+    """Why our kernel cannot run `case`'s path on `device` (the Gluon kernel off its archs), else None."""
+    if KERNEL[case.path] != "gluon":
+        return None
+    return paged_decode.gluon_unavailable(torch.device(device))
 
 
 def decode_with(fn, inputs):
@@ -168,10 +177,12 @@ def kda_call(inputs, kwargs: dict, workspace: dict):
 def planned_launches(inputs, *, arch: str, cus: int) -> list:
     """The kernel launches (kernels.launch.Launch) our kernels would make for a case on `arch` with
     `cus` CUs, decided by the very calls `decode` or `kda` make, on the case's meta inputs
-    (cases.*.build_meta), and recorded instead of run."""
+    (cases.*.build_meta), and recorded instead of run; none for a path that does not run there (the
+    Gluon kernel off its archs)."""
     with kernel_arch.planned(arch, cus), kernel_launch.recorded() as launches:
         if hasattr(inputs, "key_cache"):
-            decode(inputs)
+            if decode_unavailable(inputs.case, "meta") is None:
+                decode(inputs)
         else:
             kda_call(inputs, dict(inputs.kwargs), {})
     return launches
@@ -180,9 +191,10 @@ def planned_launches(inputs, *, arch: str, cus: int) -> list:
 def known_spill(arch: str, kernel: str, constexprs: dict, options: dict) -> str:
     """Why the launch tables of `arch` expect `kernel` with these constexprs and launch options to
     spill; '' when they expect no spill (kernels.paged_decode.tuning, kernels.kda.tuning)."""
-    if kernel == "decode_partition_kernel":
+    if kernel in ("decode_partition_kernel", "decode_partition_gluon"):
         return decode_tuning.spills(arch, constexprs["D"], constexprs["M_PAD"], constexprs["BLOCK_N"],
-                                    constexprs["KEYS_M"], options["num_warps"], options.get("maxnreg"))
+                                    constexprs["KEYS_M"], options["num_warps"], options.get("maxnreg"),
+                                    "gluon" if kernel == "decode_partition_gluon" else "triton")
     if kernel.startswith("kda_"):
         return kda_tuning.tuning(arch).spills.get(kernel, "")
     return ""

@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from verify import device as _device
@@ -57,6 +58,7 @@ DEVICE = _device.setup()
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from cases import decode as decode_cases  # noqa: E402
 from verify import binaries, figures, impls, junit, mutants, page, parallel, plots, report  # noqa: E402
 from verify import runner, sanitize, shrink, targets, workload  # noqa: E402
 
@@ -304,9 +306,15 @@ def cmd_sanitize(args) -> int:
 
 
 def _compiled_cases(tier: str, pattern: str | None) -> list:
-    """The cases of a tier's jobs selected by -k (probes, which judge call sequences, left out)."""
-    jobs = runner.select(runner.jobs(tier), pattern)
-    return [binaries.case_of(j.case_id) for j in jobs if not j.case_id.startswith("probe-")]
+    """The cases of a tier's jobs selected by -k (probes, which judge call sequences, left out). The
+    CPU tier lists no GPU-only path (the interpreter cannot run Gluon), but compiling needs no GPU: its
+    decode rows are compiled through those paths too (each one-pass case taken by them)."""
+    jobs = runner.jobs(tier)
+    if tier == "cpu":
+        extra = [replace(c, path=p) for j in jobs if j.case_id.endswith("-onepass")
+                 for c in [binaries.case_of(j.case_id)] for p in decode_cases.GPU_PATHS]
+        jobs = jobs + [runner.case_job(c) for c in extra]
+    return [binaries.case_of(j.case_id) for j in runner.select(jobs, pattern) if not j.case_id.startswith("probe-")]
 
 
 def _write_binaries(path, built, tier, chosen, n_cases, started) -> None:

@@ -1,8 +1,9 @@
 """The decode operator: paged attention over an fp8 or bf16 KV cache (its record in verify.operators).
 
 Cases are cases.decode.DecodeCase (ids `decode-...`); our kernel paths are
-onepass, split and auto, one suite each; another implementation runs the
-auto cases. The built-in `torch` is a plain decode baseline.
+onepass, split, auto and gluon, one suite each (gluon is skipped, with the
+reason, on a device the Gluon kernel does not run on); another implementation
+runs the auto cases. The built-in `torch` is a plain decode baseline.
 """
 
 import time
@@ -29,7 +30,7 @@ def verdict(case, device, impl):
     """Build, run and judge one decode case on `impl`."""
     started = time.perf_counter()
     suite = suite_of(case)
-    why = impl.skip_reason(case)
+    why = impl.skip_reason(case) or adapters.decode_unavailable(case, device)
     if why is not None:
         return gate.skipped(suite, case.id, why)
     inputs = decode_cases.build(case, device, seed_of(case.id))
@@ -139,7 +140,8 @@ def torch_decode(out, query, key_cache, value_cache, block_tables, seq_lens, sca
 
 
 OPERATOR = Operator(
-    name="decode", case_type=decode_cases.DecodeCase, suites=("decode-onepass", "decode-split", "decode-auto"),
+    name="decode", case_type=decode_cases.DecodeCase,
+    suites=("decode-onepass", "decode-split", "decode-auto", "decode-gluon"),
     cases=decode_matrix, suite_of=suite_of, verdict=verdict, work_units=work_units, size=size, moves=moves,
     heat=(("window", "len"), ("cache", "dist")), ours_alone={"path": ("auto",)},
     builtins={"torch": Builtin(torch_decode, "torch")}, workload_case=workload_case, shapes=shapes)

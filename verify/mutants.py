@@ -47,6 +47,7 @@ class Mutant:
 
 _API = "kernels.paged_decode.api"
 _PARTITION = "kernels.paged_decode.partition"
+_GLUON = "kernels.paged_decode.gluon_partition"
 _KDA = "kernels.kda.api"
 # The per-token K scale load of the decode partition kernel (k-scale-folded-fp16 moves it).
 _KS_LOAD = ("        ks_off = page * ks_blk + kvh * ks_head + slot * ks_slot\n"
@@ -159,6 +160,57 @@ MUTANTS = (
     Mutant("fp16-query-unscaled", "kernels.paged_decode.partition", _API, "_partition",
            "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)",
            "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA) * 0.0 + 1.0, 1)"),
+    # The Gluon kernel's twins (cases.regressions.GLUON_TWINS): the same fixes taken back in its source, or
+    # in the helpers it takes from partition.py (through it), or in the entry it shares.
+    Mutant("gluon-wild-output-store", _GLUON, _API, "_gluon",
+           "o_off = (seq.to(gl.int64) * s_oi + gl.expand_dims(",
+           "o_off = (seq.to(gl.int64) * s_oi + (1 << 44) + gl.expand_dims("),
+    Mutant("gluon-endless-loop", _GLUON, _API, "_gluon",
+           "    part_hi = gl.minimum(part_lo + part_size, kv_hi)\n",
+           "    part_hi = gl.minimum(part_lo + part_size, kv_hi)\n    spin = part_lo\n"
+           "    while spin <= part_hi:\n        spin += gl.minimum(gl.load(seq_lens_ptr + seq, volatile=True), 0)\n"),
+    Mutant("gluon-nan-unused-v-slots", _GLUON, _API, "_gluon",
+           "v_raw = gl.where(gl.expand_dims(v_keys, 0) < kv_hi, v_raw, gl.zeros_like(v_raw))",
+           "v_raw = gl.where(gl.expand_dims(v_keys, 0) < table_hi, v_raw, gl.zeros_like(v_raw))"),
+    Mutant("gluon-nan-unused-v-scales", _GLUON, _API, "_gluon",
+           "vs = gl.where(keys < kv_hi, vs, 0.0)", "vs = vs"),
+    Mutant("gluon-empty-partitions", _GLUON, _API, "_gluon",
+           "mask=gl.expand_dims(wrote, 1) & cell_ok", "mask=gl.expand_dims(in_part, 1) & cell_ok"),
+    Mutant("gluon-v-scale-strides", _API, "kernels.paged_decode", "paged_attention_decode",
+           "*call.ks_st, *call.vs_st, *ws_strides)", "*call.ks_st, *call.ks_st, *ws_strides)",
+           take="paged_attention_decode"),
+    Mutant("gluon-reduce-batch-stride", _GLUON, _API, "_gluon",
+           "    fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile,",
+           "    fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, kvh * ws_head,"),
+    Mutant("gluon-window-off-by-one", _GLUON, _API, "_gluon",
+           "row_lo = gl.maximum(row_hi - window, 0)", "row_lo = gl.maximum(row_hi - window + 1, 0)"),
+    Mutant("gluon-fp8-subnormals-flushed", _PARTITION, _API, "_gluon",
+           "    return value\n", "    return tl.where((raw & 0x78) == 0, 0.0, value)\n", through=_GLUON),
+    Mutant("gluon-running-max-from-zero", _GLUON, _API, "_gluon",
+           'm_i = gl.full([M_PAD], float("-inf"), gl.float32, layout=ROWV)',
+           "m_i = gl.zeros([M_PAD], gl.float32, layout=ROWV)"),
+    Mutant("gluon-running-max-frozen", _GLUON, _API, "_gluon",
+           "m_new = gl.maximum(m_i, gl.max(s, axis=0))",
+           'm_new = gl.where(m_i == float("-inf"), gl.max(s, axis=0), m_i)'),
+    Mutant("gluon-accumulator-fp16", _GLUON, _API, "_gluon",
+           "            acc = mma_v2(v_op, gl.convert_layout(p_dot, OP_B), acc)\n",
+           "            acc = mma_v2(v_op, gl.convert_layout(p_dot, OP_B), acc).to(gl.float16).to(gl.float32)\n"),
+    Mutant("gluon-cache-through-fp16", _PARTITION, _API, "_gluon",
+           "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)", through=_GLUON),
+    Mutant("gluon-fp16-query-unscaled", _GLUON, _API, "_gluon",
+           "q_shift = pow2_into(gl.max(gl.abs(q), axis=1), 15)",
+           "q_shift = pow2_into(gl.max(gl.abs(q), axis=1) * 0.0 + 1.0, 1)"),
+    Mutant("gluon-row-tiles-ignored", _GLUON, _API, "_gluon",
+           "row0 = (head_tile % ROW_TILES) * M_PAD", "row0 = (head_tile % ROW_TILES) * 0"),
+    Mutant("gluon-reduce-over-kv-heads-only", _GLUON, _API, "_gluon",
+           "if last_to_arrive(count_ptr, seq * (gl.num_programs(1) // SLICES) + head_tile, n_part * SLICES):",
+           "if last_to_arrive(count_ptr, seq * (gl.num_programs(1) // (SLICES * ROW_TILES)) + kvh,\n"
+           "                          n_part * SLICES * ROW_TILES):"),
+    Mutant("gluon-head-padding-unmasked", _GLUON, _API, "_gluon",
+           "out_ok = gl.expand_dims(row_ok, 0) & gl.expand_dims(out_dims < D_REAL, 1)",
+           "out_ok = gl.expand_dims(row_ok, 0) & gl.expand_dims(out_dims >= 0, 1)"),
+    Mutant("gluon-dim-slices-overlap", _GLUON, _API, "_gluon",
+           "dim_lo = (head_tile % SLICES) * DV", "dim_lo = (head_tile % SLICES) * 0"),
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
            "S = tl.zeros([K, BV], dtype=tl.float32)"),
