@@ -4,7 +4,9 @@
 
 One process measures the device-to-device copy bandwidth first, then for each
 shape of SHAPES times, CUDA-graph replayed in mirrored rounds (medians):
-one-pass, split, auto (what the auto path chose is printed), auto a second
+one-pass and split (the Triton kernel), the Gluon kernel (its own split choice;
+where the device runs it: kernels.paged_decode.gluon_unavailable), auto (what
+the auto path chose is printed), auto a second
 time (the noise line: its ratio to auto must read 1.00 within its spread),
 and the SDPA peer: `scaled_dot_product_attention(..., enable_gqa=True)` on
 already gathered, contiguous windows in the query's dtype. For each path it
@@ -27,6 +29,7 @@ writes the roofline picture (needs matplotlib, the `plot` extra).
 
 import argparse
 import dataclasses
+import functools
 import math
 import sys
 from dataclasses import dataclass
@@ -39,7 +42,7 @@ from bench.results import write_json
 from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
 from kernels import arch
-from kernels.paged_decode import paged_attention_decode
+from kernels.paged_decode import gluon_unavailable, paged_attention_decode
 from kernels.paged_decode import api as decode_api
 from kernels.paged_decode import plan as decode_plan
 from kernels.paged_decode import tuning
@@ -144,9 +147,10 @@ def _input_sets(shape: Shape, device) -> list:
     return [first] + [build(shape.case("auto"), device, 1234 + i) for i in range(1, count)]
 
 
-def _decode(sets, force_split, entry=paged_attention_decode):
+def _decode(sets, force_split, entry=paged_attention_decode, kernel=None):
     outs = [torch.empty_like(s.out) for s in sets]
     state = {"i": 0}
+    chosen = {} if kernel is None else {"kernel": kernel}  # a baseline's entry may predate the argument
 
     def fn():
         i = state["i"] = (state["i"] + 1) % len(sets)
@@ -154,7 +158,7 @@ def _decode(sets, force_split, entry=paged_attention_decode):
         case = s.case
         entry(outs[i], s.query, s.key_cache, s.value_cache, s.block_tables, s.seq_lens,
               s.scale, s.k_scale, s.v_scale, case.window, layout=case.layout,
-              max_seq_len=s.max_seq_len, force_split=force_split)
+              max_seq_len=s.max_seq_len, force_split=force_split, **chosen)
     return fn
 
 
@@ -180,12 +184,18 @@ def _sdpa(shape: Shape, device, count: int):
 
 
 def _auto_choice(shape: Shape, device) -> str:
-    plan = decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
-                                   num_queries=shape.q, window=shape.window, block_size=shape.block,
-                                   partition_size=None, cu=arch.cu_count(device), arch=arch.arch_name(device),
-                                   force_split=None, group=shape.hq // shape.hkv, head_dim=shape.d,
-                                   elem=shape.elem)
-    return f"split x{plan.n_part}" if plan.split else "one-pass"
+    """What the auto path runs: the Gluon kernel where the arch's Gluon table picks it (as the entry
+    decides), else the Triton one; one pass or split into how many partitions."""
+    def plan(kernel):
+        return decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
+                                       num_queries=shape.q, window=shape.window, block_size=shape.block,
+                                       partition_size=None, cu=arch.cu_count(device), arch=arch.arch_name(device),
+                                       force_split=None, group=shape.hq // shape.hkv, head_dim=shape.d,
+                                       elem=shape.elem, kernel=kernel)
+    chosen, kernel = plan("triton"), ""
+    if gluon_unavailable(device) is None and plan("gluon").launch.picked:
+        chosen, kernel = plan("gluon"), "gluon "
+    return kernel + (f"split x{chosen.n_part}" if chosen.split else "one-pass")
 
 
 def _largest_difference(entry_a, entry_b, s) -> float:
@@ -202,8 +212,13 @@ def _largest_difference(entry_a, entry_b, s) -> float:
 def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> dict:
     sets = _input_sets(shape, device)
     calls = len(sets) * math.ceil(10 / len(sets))
-    fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False), "split": _decode(sets, True),
-           "auto again": _decode(sets, None), "sdpa": _sdpa(shape, device, len(sets))}
+    fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False, kernel="triton"),
+           "split": _decode(sets, True, kernel="triton"), "auto again": _decode(sets, None),
+           "sdpa": _sdpa(shape, device, len(sets))}
+    paths = ["one-pass", "split", "auto"]
+    if gluon_unavailable(device) is None:
+        fns["gluon"] = _decode(sets, None, kernel="gluon")
+        paths.append("gluon")
     refused = None
     if baseline is not None:
         try:  # a base that predates a shape (a head size, a block size) refuses it by name
@@ -219,7 +234,10 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
     for name, t in timed.items():
         tbps = shape.bytes / (t.us * 1e-6) / 1e12
         row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), tbps=tbps, pct_copy=100 * tbps / copy)
-    row["best_path"] = min(("one-pass", "split", "auto"), key=lambda n: row[n]["us"])
+    row["best_path"] = min(paths, key=lambda n: row[n]["us"])
+    if "gluon" in row:
+        row["largest_difference_gluon"] = _largest_difference(
+            paged_attention_decode, functools.partial(paged_attention_decode, kernel="gluon"), sets[0])
     row["sdpa_over_auto"] = row["sdpa"]["us"] / row["auto"]["us"]
     if refused is not None:
         row["baseline_refused"] = refused
@@ -233,11 +251,13 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
 
 def _print_row(row: dict) -> None:
     a = row["auto"]
-    print(f"{row['shape']:<34} {row['one-pass']['us']:>9.1f} {row['split']['us']:>9.1f} {a['us']:>9.1f} "
-          f"{row['auto_chose']:>10} {row['bytes'] / 1e6:>8.1f} {a['tbps']:>6.2f} {a['pct_copy']:>5.0f}% "
+    gluon = f"{row['gluon']['us']:>9.1f}" if "gluon" in row else f"{'-':>9}"
+    print(f"{row['shape']:<34} {row['one-pass']['us']:>9.1f} {row['split']['us']:>9.1f} {gluon} {a['us']:>9.1f} "
+          f"{row['auto_chose']:>16} {row['bytes'] / 1e6:>8.1f} {a['tbps']:>6.2f} {a['pct_copy']:>5.0f}% "
           f"{row['host_us']:>7.1f} {row['sdpa']['us']:>8.1f} {row['sdpa_over_auto']:>6.2f} "
           f"{row['auto again']['ratio_to_auto']:>5.3f} ({row['auto again']['spread'][0]:.3f}-"
           f"{row['auto again']['spread'][1]:.3f})"
+          + (f"  gluon max |diff| {row['largest_difference_gluon']:.3g}" if "gluon" in row else "")
           + (f"  baseline {row['baseline']['us']:.1f} us, auto/baseline {row['auto_over_baseline']:.3f}, "
              f"host {row['baseline_host_us']:.1f} us, max |diff| {row['largest_difference']:.3g}"
              if "baseline" in row else "")
@@ -316,8 +336,11 @@ def roofline(rows: list, copy: float, folder: str) -> str | None:
     os.makedirs(folder, exist_ok=True)
     fig, ax = plt.subplots(figsize=(11, 5))
     xs = range(len(rows))
-    for i, path in enumerate(("one-pass", "split", "auto", "sdpa")):
-        ax.bar([x + (i - 1.5) * 0.2 for x in xs], [r[path]["tbps"] for r in rows], width=0.2, label=path)
+    paths = [p for p in ("one-pass", "split", "gluon", "auto", "sdpa") if all(p in r for r in rows)]
+    width = 0.8 / len(paths)
+    for i, path in enumerate(paths):
+        ax.bar([x + (i - (len(paths) - 1) / 2) * width for x in xs], [r[path]["tbps"] for r in rows], width=width,
+               label=path)
     ax.axhline(copy, color="k", linestyle="--", label=f"copy {copy:.2f} TB/s")
     ax.set_xticks(list(xs), [r["shape"] for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("TB/s of the bytes the window needs")
@@ -354,7 +377,8 @@ def main(argv=None) -> int:
         rows = sweep(device, args.rounds, tuple(words))
     else:
         shapes = [s for s in SHAPES if all(w in s.name for w in words)]
-        print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'auto us':>9} {'auto chose':>10} {'MB':>8} "
+        print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'gluon us':>9} {'auto us':>9} {'auto chose':>16} "
+              f"{'MB':>8} "
               f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
         rows = []
         for shape in shapes:
