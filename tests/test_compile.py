@@ -394,7 +394,8 @@ def test_block_ids_are_read_a_step_before_the_tiles_they_place():
     ahead: sm90's two-warp D 256 row (3 stages) keeps two buffers of each, and its loop waits with
     the next tile's copies still in flight. Read in the step (a chain of two loads), the same row got
     one buffer and waited for every copy at each step (red with the block-id load back in attend_tile)."""
-    case = "decode-e4m3fn-token-b16-hq16-hkv4-d256-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1-shuffled-auto"
+    # the split path: on sm90 the auto path runs the Gluon kernel there (tuning.GLUON_TABLES)
+    case = "decode-e4m3fn-token-b16-hq16-hkv4-d256-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1-shuffled-split"
     code = ("import re\n" + _first_sm90_launch(case) +
             "print(launch.constexprs['D'], launch.options['num_warps'], launch.options['num_stages'])\n"
             "ttgir = kernel.asm['ttgir']\n"
@@ -404,3 +405,56 @@ def test_block_ids_are_read_a_step_before_the_tiles_they_place():
     assert launch == "256 2 3", launch
     waits, buffers = pipelined.split(" ", 1)
     assert int(waits) > 0 and buffers == "['2']", pipelined
+
+
+GLUON_CASE = CASE.replace("-onepass", "-gluon")  # a CPU-tier row through the Gluon path (compiled, never run)
+
+
+def test_the_gluon_decode_compiles_for_sm90_and_is_not_planned_elsewhere(tmp_path):
+    rc, out, data = _compile(["compile", "--tier", "cpu", "-k", GLUON_CASE, "--target", "sm90,gfx942"], tmp_path)
+    assert out.strip().splitlines()[-1] == SUMMARY.format(n=1, t=2, f=0, s=0), out
+    assert rc == 0
+    (row,) = data["binaries"]
+    assert row["target"] == "sm90" and row["kernel"] == "decode_partition_gluon" and row["example"] == GLUON_CASE
+    assert row["constexprs"]["KEYS_M"] and row["constexprs"]["V_KEYS_INNER"] and row["registers"] > 0
+
+
+_PICKS = """
+import dataclasses, json
+from cases import decode as decode_cases
+from kernels.paged_decode import tuning
+from verify import adapters, binaries
+
+def launches(case_id, arch="sm90", cus=132):
+    return adapters.planned_launches(binaries.meta_inputs(binaries.case_of(case_id)), arch=arch, cus=cus)
+
+picks = {}
+for name, case_id in CASES.items():
+    picks[name] = [launch.fn.__name__ for launch in launches(case_id)]
+picks["gfx942"] = [launch.fn.__name__ for launch in launches(CASES["long"], "gfx942", 304)]
+# the strides the Triton and the Gluon launch of one bf16 shuffled case pass for the caches
+bf16 = CASES["bf16"]
+triton_args = launches(bf16.replace("-auto", "-split"))[0].args
+gluon_args = launches(bf16.replace("-auto", "-gluon"))[0].args
+picks["strides"] = [list(triton_args[24:34]), list(gluon_args[24:34])]
+print(json.dumps(picks))
+"""
+
+
+def test_auto_runs_the_gluon_kernel_where_the_sm90_table_picks_it():
+    """sm90: 8 x 8192 keys at GQA 4 (one-warp fp8 rows, picked) runs Gluon; 64 query rows a kv head (MTP 4,
+    GQA 16: 16-row tiles, not picked) runs Triton; gfx942 has no Gluon table. The Gluon launch gets the
+    cache strides in 16-byte runs (a bf16 cache: 8 elements), the run's own stride as it is."""
+    cases = {"long": "decode-e4m3fn-token-b16-hq32-hkv8-d128-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1"
+                     "-shuffled-auto",
+             "rows64": "decode-e4m3fn-token-b128-hq32-hkv2-d128-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q4"
+                       "-shuffled-auto",
+             "bf16": "decode-bf16-token-b16-hq32-hkv8-d128-w4096-L8192_8192-q1-shuffled-auto"}
+    (line,) = _compiled_run(f"CASES = {cases!r}\n" + _PICKS)[-1:]
+    picks = json.loads(line)
+    assert picks["long"] == ["decode_partition_gluon"]
+    assert picks["rows64"] == ["decode_partition_kernel"] and picks["gfx942"] == ["decode_partition_kernel"]
+    triton_strides, gluon_strides = picks["strides"]
+    # K blk, head, dhi, dlo, slo; V blk, head, dlo, shi, slo (shuffled: K's run is dlo, V's slo)
+    runs = [8, 8, 8, 1, 8, 8, 8, 8, 8, 1]
+    assert [g * r for g, r in zip(gluon_strides, runs)] == triton_strides and gluon_strides != triton_strides

@@ -24,7 +24,8 @@ def _call(inputs, **changes):
                 block_tables=inputs.block_tables, seq_lens=inputs.seq_lens, scale=inputs.scale,
                 k_scale=inputs.k_scale, v_scale=inputs.v_scale, sliding_window=0)
     kwargs = {k: changes.pop(k) for k in list(changes) if k in ("layout", "max_seq_len", "partition_size",
-                                                                   "force_split", "workspace", "validate")}
+                                                                   "force_split", "workspace", "validate",
+                                                                   "kernel")}
     args.update(changes)
     return paged_attention_decode(*args.values(), **kwargs)
 
@@ -535,3 +536,30 @@ def test_a_scale_made_under_graph_capture_is_not_kept(monkeypatch, inputs):
     made = api._scale_tensor(0.25, device, 7)
     assert api._scale_tensor(0.25, device, 7) is not made
     assert (device, 7, 0.25) not in api._SCALES
+
+
+def test_kernel_names_triton_gluon_or_none(inputs):
+    with pytest.raises(ValueError, match=r"kernel: expected one of \(None, 'triton', 'gluon'\), got 'cuda'"):
+        _call(inputs, kernel="cuda")
+    with pytest.raises(ValueError, match="kernel: 'gluon' cannot run here: the Triton interpreter cannot run"):
+        _call(inputs, kernel="gluon")
+    assert torch.equal(_call(inputs, kernel="triton").clone(), _call(inputs).clone())
+
+
+def test_the_cpu_tier_lists_no_gluon_case_and_the_gpu_tier_one_for_each_row():
+    from cases.decode_matrix import decode_matrix
+
+    assert not [c for c in decode_matrix("cpu") if c.path == "gluon"]
+    gpu = decode_matrix("gpu")
+    assert {c.id for c in gpu if c.path == "gluon"} == {c.with_path("gluon").id for c in gpu if c.path == "onepass"}
+
+
+def test_every_gluon_row_is_one_the_kernel_can_launch():
+    """Keys as the MMA's M over the warps (16 a warp), a ring of a power of two of at least 2 buffers."""
+    from kernels.paged_decode import tuning
+
+    for arch_name, table in tuning.GLUON_TABLES.items():
+        for row in table.rows:
+            assert row.keys_m and row.block_n >= 16 * row.num_warps, (arch_name, row)
+            assert row.num_stages >= 2 and row.num_stages & (row.num_stages - 1) == 0, (arch_name, row)
+            assert row.maxnreg is None and row.waves_per_eu is None, (arch_name, row)

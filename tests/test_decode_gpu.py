@@ -19,10 +19,13 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("lens", [(8192, 5000, 77), (8192,) * 8])
 @pytest.mark.parametrize("cache", ["e4m3fn", "e4m3fnuz", "bf16"])
-@pytest.mark.parametrize("path", ["onepass", "split", "auto"])
+@pytest.mark.parametrize("path", ["onepass", "split", "auto", "gluon"])
 def test_each_path_repeats_bit_for_bit(device, path, cache, lens):
     """20 launches, the same bits. Three sequences take sm90's four-warp rows; eight of 8192 keys
     (window 4096: 1986 keys a CU) its one-warp rows, whose split folds 17 partitions in one program."""
+    if path == "gluon" and adapters.decode_unavailable(decode_cases.DecodeCase(
+            cache, "token", 16, 32, 8, 128, 4096, lens, 1, "shuffled", path), device):
+        pytest.skip("the Gluon kernel does not run on this device")
     case = decode_cases.DecodeCase(cache, "token", 16, 32, 8, 128, 4096, lens, 1, "shuffled", path)
     inputs = decode_cases.build(case, device, 5)
     first = adapters.decode_call(inputs, path=path).clone()
@@ -54,7 +57,7 @@ def test_cache_offsets_past_2_to_the_31(device):
     assert gate.judge("t", case.id, {"out": (far, judged.ref8)}, judged.floor, judged.multiple).passed
 
 
-@pytest.mark.parametrize("path", ["onepass", "split", "auto"])
+@pytest.mark.parametrize("path", ["onepass", "split", "auto", "gluon"])
 def test_a_row_that_sees_one_key_loses_only_the_output_rounding(device, path):
     """Window 1, per-token scales: each output row is v_scale * v of one key. P * v_scale enters
     a bf16 dot as two terms, and an fp16 dot (sm90's fp8 operands) as one, rounded to 11 bits, so
@@ -106,18 +109,41 @@ inputs.seq_lens[2] = -5
 from kernels.paged_decode import paged_attention_decode
 paged_attention_decode(inputs.out, inputs.query, inputs.key_cache, inputs.value_cache, inputs.block_tables,
                        inputs.seq_lens, inputs.scale, inputs.k_scale, inputs.v_scale, 0, layout="shuffled",
-                       max_seq_len=inputs.max_seq_len, force_split={split}, validate=False)
+                       max_seq_len=inputs.max_seq_len, force_split={split}, validate=False, kernel="{kernel}")
 torch.cuda.synchronize()
 print("no fault")
 """
 
 
-@pytest.mark.parametrize("path", ["onepass", "split"])
+@pytest.mark.parametrize("path", ["onepass", "split", "gluon"])
 def test_hostile_block_ids_and_lengths_never_fault(path):
     """Block ids past the pool and negative, lengths past the table and negative, unchecked
     (validate=False): the kernels clamp every index they read, so the call may compute garbage
     but never touches memory outside its tensors (a fault would kill the child process)."""
-    script = HOSTILE.format(path=path, split=path == "split")
+    script = HOSTILE.format(path=path, split={"onepass": False, "split": True}.get(path),
+                            kernel=adapters.KERNEL[path])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and "no fault" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_gluon_path_replays_in_a_cuda_graph(device):
+    """A Gluon call (a split: 8 x 8192 keys, window 4096) captured once, replayed on new inputs copied
+    into the captured ones: the same bits as an eager call on those inputs."""
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 32, 8, 128, 4096, (8192,) * 8, 1, "shuffled", "gluon")
+    if adapters.decode_unavailable(case, device):
+        pytest.skip("the Gluon kernel does not run on this device")
+    inputs = decode_cases.build(case, device, 21)
+    fresh = decode_cases.build(case, device, 22)
+    store = {}
+    adapters.decode_call(inputs, path="gluon", workspace=store)  # compiled and planned outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        adapters.decode_call(inputs, path="gluon", workspace=store)
+    for name in ("query", "key_cache", "value_cache", "block_tables", "seq_lens", "k_scale", "v_scale"):
+        getattr(inputs, name).copy_(getattr(fresh, name))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = adapters.decode_call(fresh, path="gluon", out=torch.full_like(fresh.out, float("nan")))
+    assert torch.equal(inputs.out, eager)
