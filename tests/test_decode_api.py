@@ -555,11 +555,13 @@ def test_the_cpu_tier_lists_no_gluon_case_and_the_gpu_tier_one_for_each_row():
 
 
 def test_every_gluon_row_is_one_the_kernel_can_launch():
-    """Keys as the MMA's M over the warps (16 a warp), a ring of a power of two of at least 2 buffers."""
+    """Keys as the MMA's M over the warps (16 a warp), a ring of a power of two of at least 2 buffers: the
+    Gluon tables' rows and the candidates bench.gluon_sweep times."""
+    from bench.gluon_sweep import CANDIDATES
     from kernels.paged_decode import tuning
 
-    for arch_name, table in tuning.GLUON_TABLES.items():
-        for row in table.rows:
-            assert row.keys_m and row.block_n >= 16 * row.num_warps, (arch_name, row)
-            assert row.num_stages >= 2 and row.num_stages & (row.num_stages - 1) == 0, (arch_name, row)
-            assert row.maxnreg is None and row.waves_per_eu is None, (arch_name, row)
+    rows = [(arch_name, row) for arch_name, table in tuning.GLUON_TABLES.items() for row in table.rows]
+    for where, row in rows + [("bench.gluon_sweep", row) for row in CANDIDATES.values()]:
+        assert row.keys_m and row.block_n >= 16 * row.num_warps, (where, row)
+        assert row.num_stages >= 2 and row.num_stages & (row.num_stages - 1) == 0, (where, row)
+        assert row.maxnreg is None and row.waves_per_eu is None, (where, row)

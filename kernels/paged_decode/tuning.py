@@ -234,7 +234,7 @@ DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4,
 # holding a tile's K, V and scales). The rows follow the Triton table's rules (rows a program, element size,
 # keys a CU, slices) with the Gluon kernel's own steps; `picked` marks where the auto path runs it.
 #
-# sm90, `python reports/dev/gluon_sweep.py` on the H200 (one process, graph replay, the Triton kernel's auto
+# sm90, `python -m bench.gluon_sweep` on the H200 (one process, graph replay, the Triton kernel's auto
 # path timed beside; bench/NOTES.md has the tables):
 # - fp8, up to 8 rows, from _DEEP keys a CU (64 x 8192 / 4096 and 8 x 32768: 15887): one warp, 32 keys, a
 #   ring of 4: 164.0 and 167.4 us against 195.6 and 200.1 for Triton (2 stages: 196.0 and 189.6); at 1986
