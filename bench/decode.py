@@ -186,16 +186,12 @@ def _sdpa(shape: Shape, device, count: int):
 def _auto_choice(shape: Shape, device) -> str:
     """What the auto path runs: the Gluon kernel where the arch's Gluon table picks it (as the entry
     decides), else the Triton one; one pass or split into how many partitions."""
-    def plan(kernel):
-        return decode_plan.plan_decode(num_seqs=shape.seqs, num_kv_heads=shape.hkv, max_seq_len=shape.ctx,
-                                       num_queries=shape.q, window=shape.window, block_size=shape.block,
-                                       partition_size=None, cu=arch.cu_count(device), arch=arch.arch_name(device),
-                                       force_split=None, group=shape.hq // shape.hkv, head_dim=shape.d,
-                                       elem=shape.elem, kernel=kernel)
-    chosen, kernel = plan("triton"), ""
-    if gluon_unavailable(device) is None and plan("gluon").launch.picked:
-        chosen, kernel = plan("gluon"), "gluon "
-    return kernel + (f"split x{chosen.n_part}" if chosen.split else "one-pass")
+    kernel, plan = decode_plan.auto_plan(
+        gluon=gluon_unavailable(device) is None, num_seqs=shape.seqs, num_kv_heads=shape.hkv,
+        max_seq_len=shape.ctx, num_queries=shape.q, window=shape.window, block_size=shape.block,
+        partition_size=None, cu=arch.cu_count(device), arch=arch.arch_name(device), force_split=None,
+        group=shape.hq // shape.hkv, head_dim=shape.d, elem=shape.elem)
+    return ("gluon " if kernel == "gluon" else "") + (f"split x{plan.n_part}" if plan.split else "one-pass")
 
 
 def _largest_difference(entry_a, entry_b, s) -> float:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import textwrap
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cases import regressions
@@ -76,7 +76,7 @@ _SLICED_SCORES = ("    else:\n"
                   "            else:\n"
                   "                s += tl.dot(q_c.to(DOT), tl.trans(k))\n")
 
-MUTANTS = (
+_DECODE = (
     Mutant("capped-partitions", "kernels.paged_decode.plan", _API, "_plan",
            "part = max(partition_size, _cdiv(_cdiv(span, n_part), block_size) * block_size)",
            "part = partition_size"),
@@ -160,6 +160,9 @@ MUTANTS = (
     Mutant("fp16-query-unscaled", "kernels.paged_decode.partition", _API, "_partition",
            "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA), 15)",
            "q_shift = pow2_into(tl.max(tl.abs(q), axis=KA) * 0.0 + 1.0, 1)"),
+)
+_TWINS = {m.name: m for m in _DECODE}
+_GLUON_TWINS = (
     # The Gluon kernel's twins (cases.regressions.GLUON_TWINS): the same fixes taken back in its source, or
     # in the helpers it takes from partition.py (through it), or in the entry it shares.
     Mutant("gluon-wild-output-store", _GLUON, _API, "_gluon",
@@ -176,16 +179,13 @@ MUTANTS = (
            "vs = gl.where(keys < kv_hi, vs, 0.0)", "vs = vs"),
     Mutant("gluon-empty-partitions", _GLUON, _API, "_gluon",
            "mask=gl.expand_dims(wrote, 1) & cell_ok", "mask=gl.expand_dims(in_part, 1) & cell_ok"),
-    Mutant("gluon-v-scale-strides", _API, "kernels.paged_decode", "paged_attention_decode",
-           "*call.ks_st, *call.vs_st, *ws_strides)", "*call.ks_st, *call.ks_st, *ws_strides)",
-           take="paged_attention_decode"),
+    replace(_TWINS["v-scale-strides"], name="gluon-v-scale-strides"),
     Mutant("gluon-reduce-batch-stride", _GLUON, _API, "_gluon",
            "    fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile,",
            "    fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, kvh * ws_head,"),
     Mutant("gluon-window-off-by-one", _GLUON, _API, "_gluon",
            "row_lo = gl.maximum(row_hi - window, 0)", "row_lo = gl.maximum(row_hi - window + 1, 0)"),
-    Mutant("gluon-fp8-subnormals-flushed", _PARTITION, _API, "_gluon",
-           "    return value\n", "    return tl.where((raw & 0x78) == 0, 0.0, value)\n", through=_GLUON),
+    replace(_TWINS["fp8-subnormals-flushed"], name="gluon-fp8-subnormals-flushed", attr="_gluon", through=_GLUON),
     Mutant("gluon-running-max-from-zero", _GLUON, _API, "_gluon",
            'm_i = gl.full([M_PAD], float("-inf"), gl.float32, layout=ROWV)',
            "m_i = gl.zeros([M_PAD], gl.float32, layout=ROWV)"),
@@ -195,8 +195,7 @@ MUTANTS = (
     Mutant("gluon-accumulator-fp16", _GLUON, _API, "_gluon",
            "            acc = mma_v2(v_op, gl.convert_layout(p_dot, OP_B), acc)\n",
            "            acc = mma_v2(v_op, gl.convert_layout(p_dot, OP_B), acc).to(gl.float16).to(gl.float32)\n"),
-    Mutant("gluon-cache-through-fp16", _PARTITION, _API, "_gluon",
-           "return raw.to(tl.float32)", "return raw.to(tl.float16).to(tl.float32)", through=_GLUON),
+    replace(_TWINS["cache-through-fp16"], name="gluon-cache-through-fp16", attr="_gluon", through=_GLUON),
     Mutant("gluon-fp16-query-unscaled", _GLUON, _API, "_gluon",
            "q_shift = pow2_into(gl.max(gl.abs(q), axis=1), 15)",
            "q_shift = pow2_into(gl.max(gl.abs(q), axis=1) * 0.0 + 1.0, 1)"),
@@ -211,6 +210,8 @@ MUTANTS = (
            "out_ok = gl.expand_dims(row_ok, 0) & gl.expand_dims(out_dims >= 0, 1)"),
     Mutant("gluon-dim-slices-overlap", _GLUON, _API, "_gluon",
            "dim_lo = (head_tile % SLICES) * DV", "dim_lo = (head_tile % SLICES) * 0"),
+)
+_KDA_MUTANTS = (
     Mutant("kda-zero-seeded-pass-c", "kernels.kda.chunk", _KDA, "_chunk",
            "S = tl.load(sin_ptr + ((unit * H + h) * K + rk[:, None]) * V + cv[None, :])",
            "S = tl.zeros([K, BV], dtype=tl.float32)"),
@@ -243,6 +244,7 @@ MUTANTS = (
            "q = tl.load(q_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.bfloat16, bitcast=True)"
            ".to(tl.float32)"),
 )
+MUTANTS = _DECODE + _GLUON_TWINS + _KDA_MUTANTS
 
 
 def by_name(name: str) -> Mutant:

@@ -268,12 +268,10 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
                    num_queries=call.num_q, window=window, block_size=call.block_size, partition_size=partition_size,
                    cu=_arch.cu_count(device), arch=arch, force_split=force_split, group=call.group,
                    head_dim=head_dim, elem=call.elem)
-    kernel = call.kernel or "triton"
-    plan = _plan.plan_decode(**planned, kernel=kernel)
-    if call.kernel is None and _gluon_fault(call) is None:
-        gluon_plan = _plan.plan_decode(**planned, kernel="gluon")
-        if gluon_plan.launch.picked:
-            kernel, plan = "gluon", gluon_plan
+    if call.kernel is None:
+        kernel, plan = _plan.auto_plan(gluon=_gluon_fault(call) is None, **planned)
+    else:
+        kernel, plan = call.kernel, _plan.plan_decode(**planned, kernel=call.kernel)
     rows = call.group * call.num_q
     ws_strides = (num_kv_heads * plan.p2 * rows, plan.p2 * rows, rows)
     launch = plan.launch
@@ -283,15 +281,15 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     constexprs = dict(**tile, DV=tile["D"] // plan.dim_slices, BLOCK_SIZE=call.block_size, BLOCK_N=launch.block_n,
                       # keys that share a cache block and sit one stride apart in both caches
                       CHUNK=min(vgeo["sx"], call.block_size, launch.block_n), K_DX=kgeo["dx"],
-                      V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token, DOT=common["DOT"],
+                      V_SX=vgeo["sx"], FP8_MODE=common["FP8_MODE"], PER_TOKEN_SCALE=call.per_token,
+                      DOT=_dot(arch, kernel, *call.dtypes, device),
                       KEYS_M=launch.keys_m, SPLIT=plan.split, MERGE_ROWS=plan.merge_rows, MERGE_DIMS=plan.merge_dims,
                       MERGE_UNROLL=plan.merge_unroll)
     fn = _partition.decode_partition_kernel
     if kernel == "gluon":
         fn = _gluon.decode_partition_gluon
         constexprs.update(V_KEYS_INNER=call.layout == "shuffled", STAGES=launch.num_stages,
-                          SCORE_DIMS=min(tile["D"], _gluon.SCORE_DIMS), NUM_WARPS=launch.num_warps,
-                          DOT=_dot(arch, kernel, *call.dtypes, device))
+                          SCORE_DIMS=min(tile["D"], _gluon.SCORE_DIMS), NUM_WARPS=launch.num_warps)
     partition = _launch.Bound(fn,  # axis 1: (kv head, row tile, dim slice)
                               (num_seqs, programs * plan.dim_slices, plan.n_part), (
         *_launch.slots(12), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
@@ -306,8 +304,7 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
 def _dot(arch: str, kernel: str, query_dtype: torch.dtype, cache_dtype: torch.dtype, device: torch.device):
     """The DOT constexpr of `kernel` on `arch`: fp16 for an fp8 cache where its table asks for it, else
     the query's dot dtype (dot_dtype)."""
-    table = _tuning.tuning(arch, kernel) if _tuning.has_table(arch, kernel) else None  # else refused later
-    if _arch.fp8_format(cache_dtype) and table is not None and table.fp8_dot == "fp16":
+    if _arch.fp8_format(cache_dtype) and _tuning.tuning(arch, kernel).fp8_dot == "fp16":
         return tl.float16
     return _TL[dot_dtype(query_dtype, device)]
 
@@ -430,8 +427,7 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
     if ks_tok != vs_tok:
         raise ValueError("k_scale/v_scale: expected both per-tensor or both per-token, got one of each")
     fp8_mode = _arch.fp8_mode(key_cache.dtype, device)
-    constexprs = dict(G=group, Q=num_q, FP8_MODE=fp8_mode,
-                      DOT=_dot(_arch.arch_name(device), kernel or "triton", query.dtype, key_cache.dtype, device))
+    constexprs = dict(G=group, Q=num_q, FP8_MODE=fp8_mode)  # DOT: _bound's, for the kernel it runs
     call = _Call(device=device, num_seqs=num_seqs, num_q=num_q, head_dim=head_dim, num_kv_heads=num_kv_heads,
                  group=group, num_blocks=nb, block_size=bs, max_seq_len=max_seq_len, kgeo=kgeo, vgeo=vgeo,
                  per_token=ks_tok, ks_st=ks_st, vs_st=vs_st,

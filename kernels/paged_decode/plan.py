@@ -69,6 +69,16 @@ class DecodePlan:
     dim_slices: int = 1
 
 
+def auto_plan(*, gluon: bool, **planned) -> tuple[str, DecodePlan]:
+    """(kernel, plan) the auto path runs for plan_decode's arguments `planned`: the Gluon kernel's
+    plan where it can run (`gluon`) and its table picks the row it chose, else the Triton kernel's."""
+    if gluon:
+        plan = plan_decode(**planned, kernel="gluon")
+        if plan.launch.picked:
+            return "gluon", plan
+    return "triton", plan_decode(**planned, kernel="triton")
+
+
 def split_archs(kernel: str = "triton") -> tuple[str, ...]:
     """The archs where the auto path may split `kernel`'s walk."""
     env = os.environ.get("QUANTFLOOR_SPLIT_ARCH")
