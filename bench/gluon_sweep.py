@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("-k", default="", help="keep shapes whose name contains every word")
     p.add_argument("--exact", nargs="*", default=None, help="keep the shapes of exactly these names")
-    p.add_argument("--cands", nargs="*", default=None, help=f"candidates to time (of {sorted(CANDIDATES)})")
+    p.add_argument("--cands", nargs="*", default=None, choices=sorted(CANDIDATES), help="candidates to time")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("gluon_sweep: needs a GPU")
