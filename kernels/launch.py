@@ -141,13 +141,16 @@ class Bound:
     where the caller has it (kernels.arch.raw_stream), spares the launcher asking. The
     launcher gets every tensor by its address (an int): given a tensor, it would call its
     data_ptr and ask the driver whether the address is device memory, a check the entries'
-    device checks have made once for the signature.
+    device checks have made once for the signature. `views` (slot index -> dtype): the kernel
+    takes that slot's tensor as a view of that dtype (the same bytes: an fp8 cache as its uint8
+    codes); the view is made only where a launch takes the tensor itself (the first launch of a
+    specialization, a recorded one, the interpreter's), not on a launch by address.
     """
 
     __slots__ = ("fn", "grid", "args", "constexprs", "options", "_places", "_prefix", "_head", "_grid3",
-                 "_interpreted", "_runners", "_launcher_args", "_after_slots")
+                 "_interpreted", "_runners", "_launcher_args", "_after_slots", "_views")
 
-    def __init__(self, fn, grid: tuple, args: tuple, constexprs: dict, options: dict):
+    def __init__(self, fn, grid: tuple, args: tuple, constexprs: dict, options: dict, views: dict | None = None):
         self.fn, self.grid, self.args = fn, tuple(grid), tuple(args)
         self.constexprs, self.options = dict(constexprs), dict(options)
         self._places = tuple(i for i, a in enumerate(self.args) if a is SLOT)
@@ -160,6 +163,7 @@ class Bound:
         # What a launcher takes (first launch): the leading arguments with their SLOTs, then the
         # constexpr values in fn's parameter order; and its part after the slots, where they lead.
         self._launcher_args = self._after_slots = None
+        self._views = tuple((views or {}).items())
 
     def _placed(self, template: tuple, values: tuple) -> list:
         """`template` (starting with the leading arguments) with `values` in the slots."""
@@ -168,12 +172,21 @@ class Bound:
             args[place] = value
         return args
 
-    def _merged(self, values: tuple) -> tuple:
-        """The leading arguments with `values` in the slots."""
+    def _viewed(self, values: tuple) -> tuple:
+        """`values` with the slots of `views` as their views."""
         if len(values) != len(self._places):
             raise TypeError(f"{getattr(self.fn, '__name__', self.fn)}: expected {len(self._places)} slot "
                             f"values, got {len(values)}")
-        return tuple(self._placed(self.args, values))
+        if not self._views:
+            return values
+        viewed = list(values)
+        for index, dtype in self._views:
+            viewed[index] = viewed[index].view(dtype)
+        return tuple(viewed)
+
+    def _merged(self, values: tuple) -> tuple:
+        """The leading arguments with `values` (viewed) in the slots."""
+        return tuple(self._placed(self.args, self._viewed(values)))
 
     def __call__(self, *values, stream: int | None = None) -> None:
         if _RECORDING:
@@ -194,7 +207,7 @@ class Bound:
         runner = self._runners.get(aligned)
         if runner is None:
             args = self._merged(values)
-            key = (self._head, torch.cuda.current_device(), *map(_spec, values))
+            key = (self._head, torch.cuda.current_device(), *map(_spec, self._viewed(values)))
             compiled = _COMPILED.get(key)
             if compiled is None:
                 compiled = self.fn[self.grid](*args, **self.constexprs, **self.options)

@@ -127,3 +127,22 @@ def test_bound_slots_are_merged_when_recorded():
     with launch.recorded() as calls:
         bound(x, y)
     assert len(calls) == 1 and calls[0].args == (x, 7, y) and calls[0].grid == (2, 3)
+
+
+def test_bound_views_are_made_only_where_a_launch_takes_the_tensor(monkeypatch):
+    """A slot of `views` reaches the JIT (and a recorded launch) as its view of that dtype, whose bytes,
+    alignment and address are the tensor's: later launches take the address with no view made."""
+    monkeypatch.setattr(arch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    kernel = _Kernel4()
+    bound = launch.Bound(kernel, (1,), (launch.SLOT, 5, launch.SLOT), {"C": 3}, {"num_warps": 1},
+                         views={1: torch.uint8})
+    x, y = torch.zeros(4), torch.zeros(8, dtype=torch.float8_e4m3fnuz)
+    bound(x, y)
+    bound(x, y)
+    (_, jitted), runner = kernel.events
+    assert jitted[0] is x and jitted[2].dtype == torch.uint8 and jitted[2].data_ptr() == y.data_ptr()
+    assert runner == ("runner", (x.data_ptr(), 5, y.data_ptr(), 3), None)
+    with launch.recorded() as calls:
+        bound(x, y)
+    assert calls[0].args[2].dtype == torch.uint8 and calls[0].args[0] is x

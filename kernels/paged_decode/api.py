@@ -242,8 +242,6 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     if call.num_seqs == 0:
         return out
 
-    if call.fp8_bits:
-        key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
     with _arch.on_device(call.device):
         stream = _arch.raw_stream(call.device)
         ks, vs = _scale_tensor(k_scale, call.device, stream), _scale_tensor(v_scale, call.device, stream)
@@ -294,7 +292,8 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
                               (num_seqs, programs * plan.dim_slices, plan.n_part), (
         *_launch.slots(12), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
         *call.strides, *_cache_strides(call, kernel), *call.ks_st, *call.vs_st, *ws_strides), constexprs,
-        dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options))
+        dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options),
+        views={2: torch.uint8, 3: torch.uint8} if call.fp8_bits else None)  # the caches as their codes
     if not plan.split:
         return dict(partition=partition, workspace=None)
     ml_shape = (num_seqs, num_kv_heads, plan.p2, rows)
