@@ -269,8 +269,9 @@ def test_launch_configs_are_data_per_arch():
     assert tuning.config("sm90", 256, 64) == next(r for r in sm90.rows if r.max_head_dim >= 256 and r.max_rows >= 64)
     assert tuning.config("gfx90a", 128, 4) == tuning.DEFAULT.rows[0]
     # [32 rows, 64 keys] tiles pass gfx942's 256 VGPRs for 2 waves, and [16 rows, 64 keys] did on a forced
-    # split of 128 rows (tests/test_compile.py): 32 keys a step there
+    # split of 128 rows (tests/test_compile.py): 32 keys a step there, from the row that serves D 128 too
     assert tuning.config("gfx942", 64, 16).block_n == tuning.config("gfx942", 64, 32).block_n == 32
+    assert tuning.config("gfx942", 64, 16) == tuning.config("gfx942", 128, 16) == gfx942.rows[0]
     assert gfx942.rows[0].max_rows == 16 and tuning.config("gfx942", 64, 64).max_rows == 64
     assert tuning.config("sm90", 1024, 16).max_head_dim == 1024
     with pytest.raises(ValueError, match="head_dim"):
@@ -565,3 +566,16 @@ def test_every_gluon_row_is_one_the_kernel_can_launch():
         assert row.keys_m and row.block_n >= 16 * row.num_warps, (where, row)
         assert row.num_stages >= 2 and row.num_stages & (row.num_stages - 1) == 0, (where, row)
         assert row.maxnreg is None and row.waves_per_eu is None, (where, row)
+
+
+def test_the_gluon_table_takes_four_warps_for_long_walks_of_few_kv_heads():
+    """8 x 32768 (64 (sequence, kv head) pairs on 132 CUs): the split makes every program, one wave of 128-key
+    steps on four warps; 64 x 8192 / 4096 walks as many keys a CU from 512 pairs: the one-warp ring of 4."""
+    common = dict(num_kv_heads=8, num_queries=1, block_size=16, partition_size=None, cu=132, arch="sm90",
+                  force_split=None, group=4, head_dim=128, elem=1, kernel="gluon")
+    few = decode_plan.plan_decode(num_seqs=8, max_seq_len=32768, window=0, **common)
+    many = decode_plan.plan_decode(num_seqs=64, max_seq_len=8192, window=4096, **common)
+    assert (few.launch.num_warps, few.launch.block_n, few.launch.num_stages) == (4, 128, 2)
+    assert few.split and few.n_part * 8 * 8 <= 3 * 132
+    assert (many.launch.num_warps, many.launch.block_n, many.launch.num_stages) == (1, 32, 4)
+    assert few.launch.picked and many.launch.picked

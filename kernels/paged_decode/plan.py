@@ -32,8 +32,9 @@ attends. The split spreads that walk over partitions when it pays:
   many dims (each its own program, scoring the whole head), counted in the grid;
 - the launch config (`kernels.paged_decode.tuning`, the table of the kernel planned
   for: Triton's or Gluon's) is chosen by head size,
-  rows a program, cache element size and the keys each CU walks, and, for a
-  one-pass launch, the programs per CU its grid holds (a split makes its own);
+  rows a program, cache element size, the keys each CU walks and the (sequence,
+  kv head) pairs per CU, and, for a one-pass launch, the programs per CU its grid
+  holds (a split makes its own);
   a tile holds at least 16 rows (the MMA's M), or 8 where the config puts the
   keys in M and the rows in N.
 """
@@ -132,10 +133,11 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     rows = group * num_queries
     eff = min(max_seq_len, window + num_queries - 1) if window > 0 else max_seq_len
     work = num_seqs * num_kv_heads * eff // max(cu, 1)  # keys each CU walks
+    heads = num_seqs * num_kv_heads / max(cu, 1)  # (sequence, kv head) pairs a CU
 
     def tiled(programs: float) -> tuple[int, int, tuning.LaunchConfig]:
         """(m_pad, tiles, launch config) with `programs` programs per CU to spread the keys over."""
-        first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work, programs, kernel)
+        first = tuning.config(arch, head_dim, min(rows, tile_rows(head_dim)), elem, work, programs, kernel, heads)
         least = LEAST_ROWS_N if first.keys_m else LEAST_ROWS
         m_pad, tiles = row_tiles(rows, head_dim, least)
         if num_queries > 1 and num_seqs * num_kv_heads * tiles < cu:
@@ -143,7 +145,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
             q_pad = max(least, pow2_at_least(group))
             if q_pad < m_pad:
                 m_pad, tiles = q_pad, _cdiv(rows, q_pad)
-        return m_pad, tiles, tuning.config(arch, head_dim, m_pad, elem, work, programs, kernel)
+        return m_pad, tiles, tuning.config(arch, head_dim, m_pad, elem, work, programs, kernel, heads)
 
     m_pad, tiles, launch = tiled(float("inf"))  # a split makes programs enough for any row
     if partition_size is None:

@@ -40,10 +40,11 @@ fp32 and their dot operands, which passes 256 VGPRs from D 128 on (259 to 267
 for a bf16 cache with per-token scales on gfx942), and with 32 rows from D 64
 on; the fp8 bit decoding (the format a target does not convert: e4m3fn on
 gfx942, e4m3fnuz elsewhere) and gfx1250's wave32 (twice the registers a lane
-for a tile) need smaller steps still (gfx942's D 64 row: a 64-key step took
+for a tile) need smaller steps still (gfx942 at D 64: a 64-key step took
 257 VGPRs, one wave, on a forced split of 128 rows, MTP 8 and GQA 16, with
-e4m3fn decoded from its bits and per-token scales; at 32 keys the GPU tier's
-145 D 64 specializations take 86 to 236, two waves or more). At D 256 (and D
+e4m3fn decoded from its bits and per-token scales; at 32 keys, the step of
+its first row, which serves D 64 and 128, the GPU tier's 145 D 64
+specializations take 86 to 236, two waves or more). At D 256 (and D
 192, padded to it) a 32-key step took 257 to 279 VGPRs on gfx942 (bf16 caches,
 per-token fp8, up to 16 rows): 16 keys there take 132 to 238. Four warps took
 266 to 290 VGPRs on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to
@@ -74,8 +75,10 @@ class LaunchConfig:
     weighs where the head is wider (a power of two; the head runs as that many slices, each
     scoring the whole head; None: the whole head); long_walk: the partitions of `partition_size`
     from which the auto path splits a walk that long although the grid fills the device (None:
-    kernels.paged_decode.plan.LONG_WALK_PARTS); picked (a Gluon table's row): the auto path runs the
-    Gluon kernel where the row serves, the Triton kernel elsewhere."""
+    kernels.paged_decode.plan.LONG_WALK_PARTS); max_heads: the most (sequence, kv head) pairs per CU
+    for which the row applies (fewer than one: the sequences leave CUs idle, and a split makes the
+    programs); picked (a Gluon table's row): the auto path runs the Gluon kernel where the row serves,
+    the Triton kernel elsewhere."""
 
     max_head_dim: int
     block_n: int
@@ -93,13 +96,16 @@ class LaunchConfig:
     partition_size: int | None = None
     slice_dims: int | None = None
     long_walk: int | None = None
+    max_heads: float = float("inf")
     picked: bool = False
 
-    def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf")) -> bool:
+    def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf"),
+             heads: float = 0.0) -> bool:
         """Whether the row serves head size `head_dim`, `rows` rows a program, `elem`-byte cache
-        elements, `work` keys a CU and `programs` programs a CU."""
+        elements, `work` keys a CU, `programs` programs a CU and `heads` (sequence, kv head) pairs a CU."""
         return (head_dim <= self.max_head_dim and rows <= self.max_rows and work >= self.min_work
-                and programs >= self.min_programs and (self.max_elem is None or elem <= self.max_elem))
+                and programs >= self.min_programs and heads <= self.max_heads
+                and (self.max_elem is None or elem <= self.max_elem))
 
     @property
     def options(self) -> dict:
@@ -205,7 +211,7 @@ TABLES = {
                                           long_walk=_SLICED_LONG_WALK, spills=_SM90_SLICED),
                              LaunchConfig(1024, 32, 2, 2, keys_m=True, slice_dims=256, spills=_SM90_SLICED)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
-    "gfx942": ArchTuning(rows=(LaunchConfig(64, 32, 4, 2, max_rows=16), LaunchConfig(128, 32, 4, 2, max_rows=16),
+    "gfx942": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16),
                                LaunchConfig(256, 16, 4, 2, max_rows=16),
                                LaunchConfig(128, 32, 4, 2, max_rows=32), LaunchConfig(256, 16, 4, 2, max_rows=32),
                                LaunchConfig(128, 32, 8, 2), LaunchConfig(256, 16, 8, 2),
@@ -240,6 +246,11 @@ DEFAULT = ArchTuning(rows=(LaunchConfig(128, 64, 4, 2), LaunchConfig(256, 32, 4,
 #   ring of 4: 164.0 and 167.4 us against 195.6 and 200.1 for Triton (2 stages: 196.0 and 189.6); at 1986
 #   keys a CU (8 x 8192 / 4096) the ring of 4 lost (35.0 against 27.3 at 2 stages);
 _DEEP = 8192
+# - ... where there are fewer (sequence, kv head) pairs than CUs (8 x 32768: 64 pairs on 132 CUs, so the split
+#   makes every program): four warps, 128 keys, three programs a CU (6 partitions, 384 programs: one wave at
+#   three a CU): 155.1 against 163.9 for the ring of 4 and 190.1 for Triton; at 64 x 8192 / 4096 (3.9 pairs a
+#   CU: 1024 programs, 2.6 waves) the same row lost (180.6 against 163.9);
+_FEW_HEADS = 1.0
 # - fp8, up to 8 rows, from _HALF keys a CU: one warp, 32 keys, 2 stages: 8 x 8192 / 4096 27.3 against 32.8,
 #   32 x 590 18.6 against 21.5, 128 x 2048 / 1024 (one pass) 78.9 against 101.5;
 # - fp8, up to 8 rows, fewer keys a CU: four warps, 128 keys: 1 x 8192 / 4096 10.6 against 13.8, 1 x 8192 /
@@ -255,7 +266,9 @@ _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows]
 _GLUON_SLICED_SPILLS = ("256-dim slices on two warps with 32 rows: 255 registers and a stack of up to a few hundred "
                         "bytes; 1.8x and 1.9x faster than Triton's sliced row where timed (bench/NOTES.md)")
 GLUON_TABLES = {
-    "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, 4, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
+    "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
+                                          programs_per_cu=3, max_heads=_FEW_HEADS, picked=True),
+                             LaunchConfig(128, 32, 1, 4, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
                                           programs_per_cu=12, min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 32, 1, 2, max_rows=8, max_elem=1, min_work=_FULL, keys_m=True,
                                           programs_per_cu=12, min_programs=_ONE_PASS, picked=True),
@@ -301,13 +314,13 @@ def tuning(arch: str, kernel: str = "triton") -> ArchTuning:
 
 
 def config(arch: str, head_dim: int, rows: int, elem: int = 1, work: int = 0,
-           programs: float = float("inf"), kernel: str = "triton") -> LaunchConfig:
+           programs: float = float("inf"), kernel: str = "triton", heads: float = 0.0) -> LaunchConfig:
     """The launch config for head size `head_dim`, `rows` query rows a program (G * Q), a cache of
-    `elem` bytes an element, `work` keys each CU walks and `programs` programs a CU (a one-pass
-    launch's grid; a split makes as many as its row asks), on `arch`, for `kernel`: its first row
-    that fits."""
+    `elem` bytes an element, `work` keys each CU walks, `programs` programs a CU (a one-pass
+    launch's grid; a split makes as many as its row asks) and `heads` (sequence, kv head) pairs a
+    CU, on `arch`, for `kernel`: its first row that fits."""
     for row in tuning(arch, kernel).rows:
-        if row.fits(head_dim, rows, elem, work, programs):
+        if row.fits(head_dim, rows, elem, work, programs, heads):
             return row
     raise ValueError(f"head_dim: no launch config for {head_dim} (with {rows} rows a program) on {arch}")
 
