@@ -263,6 +263,10 @@ _FEW_HEADS = 1.0
 _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows] fp32 accumulator with a 64-key tile's "
                       "operands: 255 registers and a stack of 8 to 672 bytes in some specializations (bf16 caches, "
                       "16 to 64 rows); up to 8 rows it was the fastest timed at D 256 (bench/NOTES.md)")
+_GLUON_ROWS_SPILLS = ("four warps of 64 keys with more than 8 rows, found by the GPU tier's compile: 64-row tiles (MTP 4 "
+                      "and 8, GQA 16) of e4m3fnuz decoded from its bits take 255 registers and 96 to 184 bytes of "
+                      "stack, bf16 caches at D 64 in 16-row tiles 128 registers and a 16-byte stack frame; not picked "
+                      "(the auto path runs the Triton kernel there), so only kernel='gluon' launches them")
 _GLUON_SLICED_SPILLS = ("256-dim slices on two warps with 32 rows: 255 registers and a stack of up to a few hundred "
                         "bytes; 1.8x and 1.9x faster than Triton's sliced row where timed (bench/NOTES.md)")
 GLUON_TABLES = {
@@ -279,7 +283,7 @@ GLUON_TABLES = {
                                           picked=True),
                              LaunchConfig(128, 64, 2, 2, max_rows=8, keys_m=True, programs_per_cu=6,
                                           min_programs=_ONE_PASS, picked=True),
-                             LaunchConfig(128, 64, 4, 2, keys_m=True),
+                             LaunchConfig(128, 64, 4, 2, keys_m=True, spills=_GLUON_ROWS_SPILLS),
                              LaunchConfig(256, 64, 4, 2, max_rows=8, keys_m=True, picked=True,
                                           spills=_GLUON_D256_SPILLS),
                              LaunchConfig(256, 64, 4, 2, keys_m=True, spills=_GLUON_D256_SPILLS),
