@@ -46,7 +46,11 @@ e4m3fn decoded from its bits and per-token scales; at 32 keys, the step of
 its first row, which serves D 64 and 128, the GPU tier's 145 D 64
 specializations take 86 to 236, two waves or more). At D 256 (and D
 192, padded to it) a 32-key step took 257 to 279 VGPRs on gfx942 (bf16 caches,
-per-token fp8, up to 16 rows): 16 keys there take 132 to 238. Four warps took
+per-token fp8, up to 16 rows): 16 keys there take 132 to 238 but for one
+split of D 192 with per-token e4m3fnuz (259, one wave) while the step is
+pipelined; gfx942's row for up to 16 rows is not (one stage: the GPU tier's
+237 specializations of that row take 139 to 256 VGPRs, two waves or more;
+eight warps instead took 210 and spilled 12 SGPRs). Four warps took
 266 to 290 VGPRs on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to
 632 on gfx1250 (64 rows): eight warps take 188 to 216 and 440 to 442.
 waves_per_eu=2 is not set on the rows: it made the compiler spill
@@ -212,7 +216,7 @@ TABLES = {
                              LaunchConfig(1024, 32, 2, 2, keys_m=True, slice_dims=256, spills=_SM90_SLICED)),
                        split=True, programs_per_cu=2, fp8_dot="fp16"),
     "gfx942": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16),
-                               LaunchConfig(256, 16, 4, 2, max_rows=16),
+                               LaunchConfig(256, 16, 4, 1, max_rows=16),
                                LaunchConfig(128, 32, 4, 2, max_rows=32), LaunchConfig(256, 16, 4, 2, max_rows=32),
                                LaunchConfig(128, 32, 8, 2), LaunchConfig(256, 16, 8, 2),
                                _SLICED),
