@@ -49,6 +49,9 @@ def _table_entry(inputs, row, col, value):
     (lambda i: {"layout": "plain"}, "key_cache", "plain layout"),
     (lambda i: {"block_tables": i.block_tables.long()}, "block_tables", "int32"),
     (lambda i: {"seq_lens": i.seq_lens[:1]}, "block_tables/seq_lens", "2 rows"),
+    # lengths the kernel would read from the wrong elements, and past the tensor's one element
+    (lambda i: {"seq_lens": torch.stack([i.seq_lens, i.seq_lens], 1)[:, 0]}, "seq_lens", "stride 1"),
+    (lambda i: {"seq_lens": i.seq_lens[:1].expand(2)}, "seq_lens", "stride 1"),
     (lambda i: {"k_scale": i.k_scale[:, :, :3]}, "k_scale", "per-token"),
     (lambda i: {"v_scale": i.v_scale.double()}, "v_scale", "float32"),
     (lambda i: {"k_scale": 1.0}, "k_scale/v_scale", "both per-tensor or both per-token"),

@@ -200,7 +200,7 @@ def paged_attention_decode(out, query, key_cache, value_cache, block_tables, seq
     value_cache  shuffled [num_blocks, Hkv, block_size//x, D, x] or plain [num_blocks, block_size, Hkv, D]
                  x = 16 // element_size; fp8 e4m3fn / e4m3fnuz, or the query's dtype
     block_tables int32 [num_seqs, max_blocks]; token t of sequence i is in block block_tables[i, t // bs]
-    seq_lens     int32/int64 [num_seqs], every token counted, the current ones included
+    seq_lens     int32/int64 [num_seqs], contiguous, every token counted, the current ones included
     k_scale, v_scale  None, a float, a one-element fp32 tensor, or per-token fp32 [num_blocks, Hkv, block_size]
     sliding_window  W > 0 keys per row (itself included); W <= 0: full causal
     max_seq_len  host int bounding seq_lens (no device sync); None: block_tables width * block_size
@@ -403,6 +403,8 @@ def _checked(out, query, key_cache, value_cache, block_tables, seq_lens, scale, 
             raise ValueError(f"{name}: expected a tensor on {device} (the query's device), got {t.device}")
     if block_tables.stride(1) != 1:
         raise ValueError(f"block_tables: expected contiguous rows, got strides {tuple(block_tables.stride())}")
+    if num_seqs > 1 and seq_lens.stride(0) != 1:  # the kernels read length i at seq_lens' address + i
+        raise ValueError(f"seq_lens: expected a contiguous [num_seqs] tensor (stride 1), got stride {seq_lens.stride(0)}")
     if not isinstance(scale, (int, float)) or isinstance(scale, bool):
         raise TypeError(f"scale: expected a float, got {type(scale).__name__}")
     if not math.isfinite(scale) or scale <= 0:
