@@ -341,6 +341,11 @@ def _bad_cases():
         ("state_indices", dict(base, state_cache=torch.zeros(2, 1, 64, 64, device=DEVICE),
                                state_indices=torch.tensor([-1], device=DEVICE),
                                has_initial_state=torch.tensor([True], device=DEVICE)), ValueError),
+        # slots [1, 2] as every other element: the walk would read slots 1 and 0 (and write 0's state)
+        ("state_indices", dict(base, cu_seqlens=torch.tensor([0, 3, 8], device=DEVICE),
+                               state_cache=torch.zeros(3, 1, 64, 64, device=DEVICE),
+                               state_indices=torch.tensor([1, 0, 2, 0], device=DEVICE)[::2],
+                               has_initial_state=torch.tensor([True, True], device=DEVICE)), ValueError),
     ]
     return cases
 

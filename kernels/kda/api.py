@@ -186,6 +186,8 @@ def _check_states(initial_state, state_v_first, state_cache, state_indices, has_
         raise ValueError("state_indices, has_initial_state: expected [N] tensors with state_cache, got None")
     _check_tensor("state_indices", state_indices, _INDEX_DTYPES)
     _check_shape("state_indices", state_indices, [n], "[N], one slot per sequence")
+    if n > 1 and state_indices.stride(0) != 1:  # the walk reads slot n at state_indices' address + n
+        raise ValueError(f"state_indices: expected a contiguous [N] tensor (stride 1), got stride {state_indices.stride(0)}")
     _check_device("state_indices", state_indices, device)
     _check_tensor("has_initial_state", has_initial_state, (torch.bool,))
     _check_shape("has_initial_state", has_initial_state, [n], "[N], one flag per sequence")
@@ -295,7 +297,7 @@ def flash_kda_fwd(
     o [B, T, H, V] in q.dtype (written into `out` when given). final_state fp32
     [N, H, K, V] ([N, H, V, K] when state_v_first) when output_final_state, else
     None; initial_state in that layout. Paged: sequence n starts from
-    state_cache[state_indices[n]] ([slots, H, V, K]) when has_initial_state[n], else
+    state_cache[state_indices[n]] ([slots, H, V, K]; state_indices a contiguous [N]) when has_initial_state[n], else
     from zeros, and its final state is written back into that slot. cu_seqlens
     [N+1] (B == 1) packs sequences on T; it is read on the host only, so it may live on the CPU
     (which spares a device sync). chunks_per_segment: None lets the planner
