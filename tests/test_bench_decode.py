@@ -1,4 +1,6 @@
-"""bench.decode --sweep: each swept launch config is the one its timed calls launch."""
+"""bench.decode --sweep: each swept launch config is the one its timed calls launch; bench.gluon_sweep's shapes."""
+
+import pytest
 
 from bench import decode as bench_decode
 from cases.decode import build_meta
@@ -23,3 +25,15 @@ def test_each_swept_config_reaches_the_launch():
     partition = [one for one in launches if one.fn.__name__ == "decode_partition_kernel"]
     assert [(one.constexprs["BLOCK_N"], one.options["num_warps"], one.constexprs["KEYS_M"]) for one in partition] \
         == [(cfg.block_n, cfg.num_warps, cfg.keys_m) for cfg in swept]
+
+
+def test_gluon_sweep_selects_shapes_by_words_names_and_cache():
+    from bench import gluon_sweep
+
+    bf16 = gluon_sweep.selected("8x8192/w4096", None, "bf16")
+    assert bf16 and all(s.cache == "bf16" and s.name.startswith("8x8192/w4096") for s in bf16)
+    assert "8x8192/w4096 cache=bf16" in [s.name for s in bf16]
+    assert [s.name for s in gluon_sweep.selected("", ["1x8192/w4096", "32x590/w4096"], None)] == [
+        "1x8192/w4096", "32x590/w4096"]
+    with pytest.raises(SystemExit):
+        gluon_sweep.main(["--cache", "fp8"])

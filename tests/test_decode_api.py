@@ -582,3 +582,17 @@ def test_the_gluon_table_takes_four_warps_for_long_walks_of_few_kv_heads():
     assert few.split and few.n_part * 8 * 8 <= 3 * 132
     assert (many.launch.num_warps, many.launch.block_n, many.launch.num_stages) == (1, 32, 4)
     assert few.launch.picked and many.launch.picked
+
+
+def test_the_gluon_table_steps_two_byte_caches_by_the_keys_a_cu_walks():
+    """bf16 caches, 4 rows (tuning.GLUON_TABLES' two-byte rows): two warps of 64 keys from 4096 keys a CU
+    (64 x 8192 / 4096, 128 x 2048 / 1024 in one pass), two warps of 32 keys from 1024 (8 x 8192 / 4096:
+    1986), four warps of 64 keys below (1 x 8192 / 4096: 248)."""
+    common = dict(num_kv_heads=8, num_queries=1, block_size=16, partition_size=None, cu=132, arch="sm90",
+                  force_split=None, group=4, head_dim=128, elem=2, gluon=True)
+    steps = {}
+    for seqs, ctx, window in ((64, 8192, 4096), (128, 2048, 1024), (8, 8192, 4096), (1, 8192, 4096)):
+        kernel, plan = decode_plan.auto_plan(num_seqs=seqs, max_seq_len=ctx, window=window, **common)
+        assert kernel == "gluon" and plan.launch.picked
+        steps[seqs] = (plan.launch.num_warps, plan.launch.block_n, plan.split)
+    assert steps == {64: (2, 64, True), 128: (2, 64, False), 8: (2, 32, True), 1: (4, 64, True)}

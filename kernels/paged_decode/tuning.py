@@ -259,7 +259,15 @@ _FEW_HEADS = 1.0
 #   32 x 590 18.6 against 21.5, 128 x 2048 / 1024 (one pass) 78.9 against 101.5;
 # - fp8, up to 8 rows, fewer keys a CU: four warps, 128 keys: 1 x 8192 / 4096 10.6 against 13.8, 1 x 8192 /
 #   257 (MTP 4) 7.6 against 9.2;
-# - two-byte caches, up to 8 rows: two warps, 64 keys: 8 x 8192 / 4096 bf16 48.0 against 66.2;
+# - two-byte caches, up to 8 rows (bf16 versions of the fp8 shapes, reports of `bench.gluon_sweep`;
+#   us): from _TWO_BYTE_DEEP keys a CU, two warps of 64 keys, six programs a CU: 64 x 8192 / 4096 279.7,
+#   8 x 32768 259.2, 128 x 2048 / 1024 (one pass) 142.6 (two warps of 32 keys: 329.0, 254.6, 167.8);
+#   from _HALF, two warps of 32 keys, four programs a CU: 8 x 8192 / 4096 40.0 and 32 x 590 26.7
+#   against 47.7 and 32.1 on the row above (255 registers, three 70 KB programs an SM: 5.7 warps);
+#   fewer keys a CU, four warps of 64 keys, three programs a CU: 1 x 8192 / 4096 13.2 and 1 x 8192 /
+#   257 (MTP 4) 9.9 against 14.7 and 11.2 (two warps of 32 keys: 16.1 and 12.6; at 32 x 590 this row
+#   took 37.2);
+_TWO_BYTE_DEEP = 4096
 # - more than 8 rows at D 128: four warps, 64 keys; 16-row tiles of the query split (MTP 4, GQA 16, 128-key
 #   blocks) lost (43.7 against 40.3 for Triton's split): not picked;
 # - D 256, up to 8 rows: four warps, 64 keys: 27.5 against 38.4;
@@ -285,7 +293,11 @@ GLUON_TABLES = {
                                           picked=True),
                              LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, keys_m=True, programs_per_cu=3,
                                           picked=True),
-                             LaunchConfig(128, 64, 2, 2, max_rows=8, keys_m=True, programs_per_cu=6,
+                             LaunchConfig(128, 64, 2, 2, max_rows=8, min_work=_TWO_BYTE_DEEP, keys_m=True,
+                                          programs_per_cu=6, min_programs=_ONE_PASS, picked=True),
+                             LaunchConfig(128, 32, 2, 2, max_rows=8, min_work=_HALF, keys_m=True, programs_per_cu=4,
+                                          min_programs=_ONE_PASS, picked=True),
+                             LaunchConfig(128, 64, 4, 2, max_rows=8, keys_m=True, programs_per_cu=3,
                                           min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 64, 4, 2, keys_m=True, spills=_GLUON_ROWS_SPILLS),
                              LaunchConfig(256, 64, 4, 2, max_rows=8, keys_m=True, picked=True,
