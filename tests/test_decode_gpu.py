@@ -17,13 +17,14 @@ from verify import adapters, floors, gate
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("lens", [(8192, 5000, 77), (8192,) * 8])
+@pytest.mark.parametrize("lens, hkv", [((8192, 5000, 77), 8), ((8192,) * 8, 8), ((8192,) * 8, 2)])
 @pytest.mark.parametrize("cache", ["e4m3fn", "e4m3fnuz", "bf16"])
 @pytest.mark.parametrize("path", ["onepass", "split", "auto", "gluon"])
-def test_each_path_repeats_bit_for_bit(device, path, cache, lens):
+def test_each_path_repeats_bit_for_bit(device, path, cache, lens, hkv):
     """20 launches, the same bits. Three sequences take sm90's four-warp rows; eight of 8192 keys
-    (window 4096: 1986 keys a CU) its one-warp rows, whose split folds 17 partitions in one program."""
-    case = decode_cases.DecodeCase(cache, "token", 16, 32, 8, 128, 4096, lens, 1, "shuffled", path)
+    (window 4096: 1986 keys a CU) its one-warp rows, whose split folds 17 partitions in one program;
+    with 2 kv heads (GQA 16) the rows of more than 8 query rows a program."""
+    case = decode_cases.DecodeCase(cache, "token", 16, 32, hkv, 128, 4096, lens, 1, "shuffled", path)
     if adapters.decode_unavailable(case, device):
         pytest.skip("the Gluon kernel does not run on this device")
     inputs = decode_cases.build(case, device, 5)
