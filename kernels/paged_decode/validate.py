@@ -1,9 +1,10 @@
 """Checks of the decode entry's arguments that need the device's data.
 
 The kernel follows `block_tables` and `seq_lens` as it finds them on the
-device. A block id outside the cache, or a length the table row (or
-`max_seq_len`) does not cover, sends it to memory it was not given, and a
-negative length or one above `max_seq_len` gives a silently wrong answer.
+device, each index clamped before it addresses anything (a length to the keys
+its table row covers, a block id to the cache): a block id outside the cache,
+a length past its table row, a negative length or one above `max_seq_len`
+never sends it outside its tensors but gives a silently wrong answer.
 Checking needs the tensors on the host (a device sync), so it is opt-in on a
 GPU (`validate=True`, or QUANTFLOOR_VALIDATE=1 for every call) and always on
 under the Triton interpreter, where a stray index is a segmentation fault.
