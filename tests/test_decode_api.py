@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cases import decode as decode_cases
-from kernels import arch
+from kernels import arch, launch
 from kernels.paged_decode import paged_attention_decode
 from kernels.paged_decode import plan as decode_plan
 from kernels.paged_decode import workspace
@@ -300,7 +300,6 @@ def test_known_spills_are_looked_up_by_the_launch_they_made():
 
 
 def test_launch_keys_on_what_triton_specializes():
-    from kernels import launch
     buf = torch.zeros(64, dtype=torch.uint8)
     assert launch._spec(buf) != launch._spec(buf[1:])  # 16-byte aligned or not
     assert launch._spec(buf) != launch._spec(buf.view(torch.int8))
@@ -371,8 +370,6 @@ def test_head_size_1024_needs_an_fp8_cache():
 def _meta_launches(force_split):
     """The launches one decode call on meta tensors records for sm90 (132 CUs): 2 sequences of 8192
     keys, GQA 8 x MTP 4 (32 query rows a kv head), 2 kv heads, D 128, fp8 per-token."""
-    from kernels import launch
-
     m = torch.device("meta")
     q = torch.empty(2, 4, 16, 128, dtype=torch.bfloat16, device=m)
     kc = torch.empty(1024, 2, 8, 16, 16, dtype=torch.float8_e4m3fn, device=m)
@@ -402,7 +399,6 @@ def test_a_signature_is_planned_again_when_the_environment_the_plan_reads_change
 def test_validate_is_part_of_the_signature(monkeypatch):
     """A signature decides its host checks once: a call asking for them after one that did not must
     still run them (compiled, where they are not forced on; launches recorded, not run)."""
-    from kernels import launch
     from kernels.paged_decode import api
     monkeypatch.setattr(arch, "interpreting", lambda: False)
     api.clear_plans()
@@ -436,8 +432,6 @@ def test_an_entry_call_without_a_partition_size_takes_the_launch_tables():
     """32 x 590 / 4096 on sm90 (132 CUs) falls in the one-warp row of 128-key partitions: a plain
     call splits into 5 of them, as the plan with no size asked says (red with the entry's default
     a fixed 256, which gave 3 and ignored the table)."""
-    from kernels import launch
-
     case = decode_cases.DecodeCase("e4m3fn", "token", 16, 32, 8, 128, 4096, (590,) * 32, 1, "shuffled", "auto")
     meta = decode_cases.build_meta(case)
     with arch.planned("sm90", 132), launch.recorded() as calls:
@@ -455,8 +449,6 @@ def test_wide_heads_run_as_dim_slices_of_the_tables_width():
     """D 1024 on sm90 takes 256-dim slices: four programs per (kv head, row tile), each weighing a
     256-dim slice of V (DV), in the one launch of the split; D 256 stays whole (red without the
     slices in the grid or in DV)."""
-    from kernels import launch
-
     grids = {}
     for d in (256, 1024):
         case = decode_cases.DecodeCase("e4m3fn", "token", 16, 8, 2, d, 0, (300, 90), 1, "shuffled", "split")
@@ -596,3 +588,20 @@ def test_the_gluon_table_steps_two_byte_caches_by_the_keys_a_cu_walks():
         assert kernel == "gluon" and plan.launch.picked
         steps[seqs] = (plan.launch.num_warps, plan.launch.block_n, plan.split)
     assert steps == {64: (2, 64, True), 128: (2, 64, False), 8: (2, 32, True), 1: (4, 64, True)}
+
+
+def test_a_cache_of_no_blocks_reads_no_key():
+    """The kernels clamp a block id to [0, num_blocks), which a cache of no blocks leaves empty (the
+    clamp would give -1, a block before the cache): there the launch bounds every length by 0 keys,
+    so unchecked lengths (validate=False, the GPU's default) read nothing of the cache. (The Gluon
+    launch takes the same arguments, from the same place in the entry.)"""
+    case = decode_cases.DecodeCase("e4m3fn", "token", 16, 32, 8, 128, 4096, (590,) * 4, 1, "shuffled", "auto")
+    meta = decode_cases.build_meta(case)
+    empty = [t[:0] for t in (meta.key_cache, meta.value_cache, meta.k_scale, meta.v_scale)]
+    with arch.planned("sm90", 132), launch.recorded() as calls:
+        paged_attention_decode(meta.out, meta.query, empty[0], empty[1], meta.block_tables, meta.seq_lens,
+                               meta.scale, empty[2], empty[3], case.window)
+    assert calls
+    for one in calls:
+        assert one.args[one.fn.arg_names.index("num_blocks")] == 0
+        assert one.args[one.fn.arg_names.index("table_keys")] == 0

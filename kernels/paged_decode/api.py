@@ -288,9 +288,12 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
         fn = _gluon.decode_partition_gluon
         constexprs.update(V_KEYS_INNER=call.layout == "shuffled", STAGES=launch.num_stages,
                           SCORE_DIMS=min(tile["D"], _gluon.SCORE_DIMS), NUM_WARPS=launch.num_warps)
+    # the keys a table row covers, to which the kernels clamp each length; a cache of no blocks has no
+    # block to clamp an id to, so there every length clamps to 0 and nothing of the cache is read
+    table_keys = table_width * call.block_size if call.num_blocks else 0
     partition = _launch.Bound(fn,  # axis 1: (kv head, row tile, dim slice)
                               (num_seqs, programs * plan.dim_slices, plan.n_part), (
-        *_launch.slots(12), float(scale), window, plan.part_size, call.num_blocks, table_width * call.block_size,
+        *_launch.slots(12), float(scale), window, plan.part_size, call.num_blocks, table_keys,
         *call.strides, *_cache_strides(call, kernel), *call.ks_st, *call.vs_st, *ws_strides), constexprs,
         dict(num_warps=launch.num_warps, num_stages=launch.num_stages, **launch.options),
         views={2: torch.uint8, 3: torch.uint8} if call.fp8_bits else None)  # the caches as their codes
