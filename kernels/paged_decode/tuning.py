@@ -259,8 +259,8 @@ _FEW_HEADS = 1.0
 #   32 x 590 18.6 against 21.5, 128 x 2048 / 1024 (one pass) 78.9 against 101.5;
 # - fp8, up to 8 rows, fewer keys a CU: four warps, 128 keys: 1 x 8192 / 4096 10.6 against 13.8, 1 x 8192 /
 #   257 (MTP 4) 7.6 against 9.2;
-# - two-byte caches, up to 8 rows (bf16 versions of the fp8 shapes, reports of `bench.gluon_sweep`;
-#   us): from _TWO_BYTE_DEEP keys a CU, two warps of 64 keys, six programs a CU: 64 x 8192 / 4096 279.7,
+# - two-byte caches, up to 8 rows (bf16 versions of the fp8 shapes, `python -m bench.gluon_sweep --cache
+#   bf16`; us): from _TWO_BYTE_DEEP keys a CU, two warps of 64 keys, six programs a CU: 64 x 8192 / 4096 279.7,
 #   8 x 32768 259.2, 128 x 2048 / 1024 (one pass) 142.6 (two warps of 32 keys: 329.0, 254.6, 167.8);
 #   from _HALF, two warps of 32 keys, four programs a CU: 8 x 8192 / 4096 40.0 and 32 x 590 26.7
 #   against 47.7 and 32.1 on the row above (255 registers, three 70 KB programs an SM: 5.7 warps);
