@@ -299,6 +299,14 @@ def test_known_spills_are_looked_up_by_the_launch_they_made():
         tuning.spills("gfx942", 64, 16, 64, True, 4)  # no gfx942 row puts the keys in M
 
 
+def test_gfx1250_alone_expects_its_sliced_split_to_spill():
+    """The one AMD spill of the GPU tier (gfx1250, D 1024 in 128-dim slices, 16 rows, 16 keys, four
+    warps) is named by gfx1250's sliced row; gfx942 and gfx950 launch the same tile and expect none."""
+    from kernels.paged_decode import tuning
+    assert "3 spilled" in tuning.spills("gfx1250", 1024, 16, 16, False, 4)
+    assert tuning.spills("gfx942", 1024, 16, 16, False, 4) == tuning.spills("gfx950", 1024, 16, 16, False, 4) == ""
+
+
 def test_launch_keys_on_what_triton_specializes():
     buf = torch.zeros(64, dtype=torch.uint8)
     assert launch._spec(buf) != launch._spec(buf[1:])  # 16-byte aligned or not

@@ -60,7 +60,7 @@ took one wave there). Heads of 512 and 1024 dims run as dim slices on every
 arch (the note above `_SLICED`).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,16 @@ _SM90_SLICED = ("chosen by time on the H200 with the stack it takes: 253 to 255 
 # took 766 to 857 VGPRs (one wave a SIMD) where the same specialization without a store that depends on
 # the ticket took 352; asked for 2 waves, the compiler fits it in 2 (bench/NOTES.md).
 _GFX1250_SPLIT_WAVES = 2
+# ... and one such split spills at two waves: D 1024 in 128-dim slices, e4m3fnuz decoded from its bits, MTP 4
+# with GQA 16 (the GPU tier's `...-d1024-w0-L64_22-q4-plain-flat-cu1-split`): 512 VGPRs, 3 spilled, 112 bytes of
+# scratch used. Measured instead (`quantfloor compile --tier gpu --target gfx1250 -k CASE`): no two-wave ask,
+# 849 VGPRs and one wave, no spill (and 7 of the CPU tier's 19 D 512 and 1024 splits then fall to one wave
+# too); eight warps, 40 spilled; 64-dim fold passes (merge_dims), 7; 64-dim slices, 465 VGPRs and no spill,
+# but every slice scores the whole head, so each key's 1024 bytes are read 16 times a head instead of 8.
+_GFX1250_SLICED_SPILLS = ("a split of D 1024 in 128-dim slices with e4m3fnuz decoded from its bits and 16-row tiles "
+                          "(MTP 4, GQA 16): 512 VGPRs at the two waves gfx1250's splits ask for, 3 spilled; one wave "
+                          "without the ask, or 64-dim slices that read the keys twice as often, measured (the note "
+                          "above _GFX1250_SPLIT_WAVES); compile only, not timed")
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, _FP8_ONE_WARP_STAGES, maxnreg=168, max_rows=8, max_elem=1,
                                           min_work=_FULL, keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
@@ -225,7 +235,7 @@ TABLES = {
                                _SLICED),
                          split=True, programs_per_cu=2),
     "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                                LaunchConfig(256, 16, 8, 2), _SLICED),
+                                LaunchConfig(256, 16, 8, 2), replace(_SLICED, spills=_GFX1250_SLICED_SPILLS)),
                           split=False, programs_per_cu=2, split_waves_per_eu=_GFX1250_SPLIT_WAVES),
     # the interpreter pays per step: the fold takes whole heads there, one or two partitions a step (two
     # for heads up to 64 dims, so the CPU tier checks a step's masked partitions); D 1024 runs as two
