@@ -9,6 +9,7 @@ from cases import decode as decode_cases
 from kernels import arch, launch
 from kernels.paged_decode import paged_attention_decode
 from kernels.paged_decode import plan as decode_plan
+from kernels.paged_decode import tuning
 from kernels.paged_decode import workspace
 from verify import adapters, floors, gate
 
@@ -259,7 +260,6 @@ def fresh_plans():
 
 
 def test_launch_configs_are_data_per_arch():
-    from kernels.paged_decode import tuning
     sm90, gfx942 = tuning.TABLES["sm90"], tuning.TABLES["gfx942"]
     # a full device of fp8 rows: one warp, keys as the MMA's M; few keys a CU: four warps, rows as M
     full = tuning.config("sm90", 64, 4, 1, 1 << 20)
@@ -286,7 +286,6 @@ def test_known_spills_are_looked_up_by_the_launch_they_made():
     """verify.adapters.known_spill finds a launch's row by tile width, rows, keys a step, orientation,
     warps and register cap: on sm90 a D 128 program of 8 rows and 32 keys as M is the one-warp row
     (168 registers) on one warp and the two-warp row (no cap) on two, each with its own reason."""
-    from kernels.paged_decode import tuning
     rows = tuning.TABLES["sm90"].rows
     one_warp, two_warps = rows[0], next(r for r in rows if (r.block_n, r.num_warps, r.keys_m) == (32, 2, True))
     assert one_warp.spills and two_warps.spills and one_warp.spills != two_warps.spills
@@ -302,7 +301,6 @@ def test_known_spills_are_looked_up_by_the_launch_they_made():
 def test_gfx1250_alone_expects_its_sliced_split_to_spill():
     """The one AMD spill of the GPU tier (gfx1250, D 1024 in 128-dim slices, 16 rows, 16 keys, four
     warps) is named by gfx1250's sliced row; gfx942 and gfx950 launch the same tile and expect none."""
-    from kernels.paged_decode import tuning
     assert "3 spilled" in tuning.spills("gfx1250", 1024, 16, 16, False, 4)
     assert tuning.spills("gfx942", 1024, 16, 16, False, 4) == tuning.spills("gfx950", 1024, 16, 16, False, 4) == ""
 
@@ -336,7 +334,6 @@ def test_per_token_v_scales_past_the_fp16_range_stay_finite(device, path):
 def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch, fresh_plans):
     """Archs whose tuning gives fp8 caches no fp16 operands decode the bits to fp32 (decode_fp8_bits):
     the CPU takes that road here, on a cache whose codes are mostly subnormal."""
-    from kernels.paged_decode import tuning
     cpu = tuning.TABLES["cpu"]
     monkeypatch.setitem(tuning.TABLES, "cpu", tuning.ArchTuning(cpu.rows, cpu.split, cpu.programs_per_cu))
     case = decode_cases.DecodeCase(cache, "tensor", 16, 8, 2, 64, 0, (40, 9), 1, "shuffled", "onepass",
@@ -352,7 +349,6 @@ def test_the_fp32_bit_decoder_keeps_subnormal_codes(device, cache, monkeypatch, 
 def test_cache_blocks_larger_than_the_key_step(device, layout, monkeypatch, fresh_plans):
     """Blocks of 128 keys walked 32 keys a step (the sm90 table walks D 256 64 keys a step): a step's
     chunks lie inside one block, and every block of the window is still read once, in order."""
-    from kernels.paged_decode import tuning
     cpu = tuning.TABLES["cpu"]
     monkeypatch.setitem(tuning.TABLES, "cpu", tuning.ArchTuning(
         (tuning.LaunchConfig(256, 32, 4, 1),), cpu.split, cpu.programs_per_cu, cpu.fp8_dot))
@@ -562,7 +558,6 @@ def test_every_gluon_row_is_one_the_kernel_can_launch():
     """Keys as the MMA's M over the warps (16 a warp), a ring of a power of two of at least 2 buffers: the
     Gluon tables' rows and the candidates bench.gluon_sweep times."""
     from bench.gluon_sweep import CANDIDATES
-    from kernels.paged_decode import tuning
 
     rows = [(arch_name, row) for arch_name, table in tuning.GLUON_TABLES.items() for row in table.rows]
     for where, row in rows + [("bench.gluon_sweep", row) for row in CANDIDATES.values()]:
