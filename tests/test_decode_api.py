@@ -593,6 +593,22 @@ def test_the_gluon_table_steps_two_byte_caches_by_the_keys_a_cu_walks():
     assert steps == {64: (2, 64, True), 128: (2, 64, False), 8: (2, 32, True), 1: (4, 64, True)}
 
 
+def test_the_gluon_table_runs_sixteen_row_tiles_where_each_cu_walks_enough_keys():
+    """GQA 16 (Hq 32 on Hkv 2), fp8, D 128 (tuning.GLUON_TABLES' 16-row row): two warps of 64 keys in
+    one 16-row tile at 8 x 8192 / 4096 (248 keys a CU), four tiles of them with MTP 4; the Triton kernel
+    at 1 x 8192 / 4096 with MTP 4 (62 keys a CU: below the row's min_work) and at 128 sequences with
+    MTP 4 (64-row tiles: above its max_rows)."""
+    common = dict(num_kv_heads=2, max_seq_len=8192, window=4096, block_size=16, partition_size=None, cu=132,
+                  arch="sm90", force_split=None, group=16, head_dim=128, elem=1, gluon=True)
+    chosen = {}
+    for seqs, queries in ((8, 1), (8, 4), (1, 4), (128, 4)):
+        kernel, plan = decode_plan.auto_plan(num_seqs=seqs, num_queries=queries, **common)
+        chosen[seqs, queries] = (kernel, plan.m_pad, plan.row_tiles, plan.launch.num_warps, plan.launch.block_n)
+    assert chosen[8, 1] == ("gluon", 16, 1, 2, 64)
+    assert chosen[8, 4] == ("gluon", 16, 4, 2, 64)
+    assert chosen[1, 4][0] == "triton" and chosen[128, 4][0] == "triton"
+
+
 def test_a_cache_of_no_blocks_reads_no_key():
     """The kernels clamp a block id to [0, num_blocks), which a cache of no blocks leaves empty (the
     clamp would give -1, a block before the cache): there the launch bounds every length by 0 keys,

@@ -278,8 +278,16 @@ _FEW_HEADS = 1.0
 #   257 (MTP 4) 9.9 against 14.7 and 11.2 (two warps of 32 keys: 16.1 and 12.6; at 32 x 590 this row
 #   took 37.2);
 _TWO_BYTE_DEEP = 4096
-# - more than 8 rows at D 128: four warps, 64 keys; 16-row tiles of the query split (MTP 4, GQA 16, 128-key
-#   blocks) lost (43.7 against 40.3 for Triton's split): not picked;
+# - 9 to 16 rows at D 128 (GQA 16, or MTP with GQA 4 to 8), from _ROWS_WORK keys a CU: two warps of 64 keys,
+#   three programs a CU. `python -m bench.decode --rounds 3 -k "w4096 hkv=2" --baseline DIR` (auto against
+#   the auto path of the table without the row, which ran Triton's split there; us): 8 x 8192 / 4096 21.5
+#   against 23.6, 64 x 8192 / 4096 60.9 against 81.3, 32 x 590 MTP 4 21.8 against 27.1, 8 x 8192 MTP 4 with
+#   128-key blocks 38.5 against 40.9; in a sweep before, MTP 4 at D 64 29.2 against 30.4 and with a bf16 cache
+#   45.7 against 94.2, and 1 x 8192 / 4096 MTP 4 (62 keys a CU) lost (18.9 against 15.0): below _ROWS_WORK
+#   keys a CU the Triton kernel runs;
+_ROWS_WORK = 128
+# - more than 16 rows at D 128: four warps, 64 keys; not picked (the four-warp row of 16-row tiles with
+#   128-key blocks lost: 43.7 against 40.3 for Triton's split);
 # - D 256, up to 8 rows: four warps, 64 keys: 27.5 against 38.4;
 # - D 512 and 1024, 256-dim slices on two warps: 869.7 and 642.2 us against 1545.0 and 1249.4.
 _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows] fp32 accumulator with a 64-key tile's "
@@ -287,8 +295,9 @@ _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows]
                       "16 to 64 rows); up to 8 rows it was the fastest timed at D 256 (bench/NOTES.md)")
 _GLUON_ROWS_SPILLS = ("four warps of 64 keys with more than 8 rows, found by the GPU tier's compile: 64-row tiles (MTP 4 "
                       "and 8, GQA 16) of e4m3fnuz decoded from its bits take 255 registers and 96 to 184 bytes of "
-                      "stack, bf16 caches at D 64 in 16-row tiles 128 registers and a 16-byte stack frame; not picked "
-                      "(the auto path runs the Triton kernel there), so only kernel='gluon' launches them")
+                      "stack, bf16 caches at D 64 in 16-row tiles (where each CU walks fewer than _ROWS_WORK keys) 128 "
+                      "registers and a 16-byte stack frame; not picked (the auto path runs the Triton kernel there), "
+                      "so only kernel='gluon' launches them")
 _GLUON_SLICED_SPILLS = ("256-dim slices on two warps with 32 rows: 255 registers and a stack of up to a few hundred "
                         "bytes; 1.8x and 1.9x faster than Triton's sliced row where timed (bench/NOTES.md)")
 GLUON_TABLES = {
@@ -309,6 +318,8 @@ GLUON_TABLES = {
                                           min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 64, 4, 2, max_rows=8, keys_m=True, programs_per_cu=3,
                                           min_programs=_ONE_PASS, picked=True),
+                             LaunchConfig(128, 64, 2, 2, max_rows=16, min_work=_ROWS_WORK, keys_m=True,
+                                          programs_per_cu=3, min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 64, 4, 2, keys_m=True, spills=_GLUON_ROWS_SPILLS),
                              LaunchConfig(256, 64, 4, 2, max_rows=8, keys_m=True, picked=True,
                                           spills=_GLUON_D256_SPILLS),
