@@ -111,6 +111,10 @@ SHAPES = [
     Shape(16, 8192, 0, d=1024, hq=16, hkv=4),
     Shape(8, 8192, 4096, q=4, hq=32, hkv=2, block=128),
     Shape(1, 8192, 257, q=4),
+    # GQA 16 at D 128: 16 query rows a kv head, one MTP 4 row of them (four 16-row tiles)
+    Shape(8, 8192, 4096, hkv=2),
+    Shape(64, 8192, 4096, hkv=2),
+    Shape(32, 590, 4096, q=4, hkv=2),
 ]
 SWEEP_SHAPES = [Shape(64, 8192, 4096), Shape(8, 32768, 0), Shape(8, 8192, 4096, d=256, hq=16, hkv=4)]
 # Rows as M on four warps (the old sm90 rows), and keys as M on one or two warps with the programs a
