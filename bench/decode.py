@@ -1,6 +1,6 @@
 """Paged decode on a GPU against the copy bandwidth and the SDPA peer.
 
-    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep] [--baseline DIR]
+    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep | --floor] [--baseline DIR]
 
 One process measures the device-to-device copy bandwidth first, then for each
 shape of SHAPES times, CUDA-graph replayed in mirrored rounds (medians):
@@ -25,6 +25,13 @@ WIDE_SWEEP on the WIDE_SHAPES and of SMALL_SWEEP on the SMALL_SHAPES (auto
 path; -k keeps the shapes whose name holds every word), and marks the fastest
 per shape: how the rows of `kernels.paged_decode.tuning` were chosen. --png
 writes the roofline picture (needs matplotlib, the `plot` extra).
+
+--floor times, for each shape of SHAPES, what of auto's time its bytes do not
+explain: auto; auto with every length 0 (its fixed part: the launch, the
+lengths, the split's partials, arrival counters and fold, the output); an empty
+kernel launched on auto's grids with its warps (the launches alone); and a copy
+of the shape's bytes (half read, half written). The ceiling is the percentage
+of the copy auto would reach if walking its keys cost nothing past that fixed part.
 """
 
 import argparse
@@ -41,7 +48,9 @@ from bench import baseline
 from bench.results import write_json
 from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
-from kernels import arch
+import triton.language as tl
+
+from kernels import arch, launch
 from kernels.paged_decode import gluon_unavailable, paged_attention_decode
 from kernels.paged_decode import api as decode_api
 from kernels.paged_decode import plan as decode_plan
@@ -311,6 +320,48 @@ def sweep(device, rounds: int, words: tuple = ()) -> list:
     return rows
 
 
+@triton.jit
+def _nothing(p, B: tl.constexpr):
+    """Does nothing (no program has a negative id): its launch is all it costs."""
+    if tl.program_id(0) < 0:
+        tl.store(p + tl.arange(0, B), tl.zeros([B], tl.float32))
+
+
+def launches_of(fn) -> list:
+    """(grid, num_warps) of each launch one call of `fn` makes, in order (recorded, not run)."""
+    with launch.recorded() as calls:
+        fn()
+    return [(tuple(one.grid), one.options["num_warps"]) for one in calls]
+
+
+def floor(shape: Shape, device, copy: float, rounds: int) -> dict:
+    """Auto at `shape` against its fixed part (every length 0), its launches alone (an empty kernel on
+    the same grids and warps) and a copy of its bytes, in one set of interleaved rounds."""
+    sets = _input_sets(shape, device)
+    auto = _decode(sets, None)
+    grids = launches_of(auto)
+    scratch = torch.empty(16, device=device)
+
+    def launches_alone():
+        for grid, warps in grids:
+            _nothing[grid](scratch, B=16, num_warps=warps)
+    src = torch.empty(shape.bytes // 8, device=device)  # fp32: half the shape's bytes read, half written
+    dst = torch.empty_like(src)
+    no_keys = [dataclasses.replace(s, seq_lens=torch.zeros_like(s.seq_lens)) for s in sets]
+    fns = {"auto": auto, "fixed": _decode(no_keys, None), "launches": launches_alone,
+           "copy": lambda: torch.neg(src, out=dst)}
+    timed = interleaved(fns, calls=len(sets) * math.ceil(10 / len(sets)), rounds=rounds)
+    row = dict(shape=shape.name, bytes=shape.bytes, auto_chose=_auto_choice(shape, device), grids=grids)
+    for name, t in timed.items():
+        row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread))
+    row["auto_pct_copy"] = 100 * shape.bytes / (timed["auto"].us * 1e-6) / 1e12 / copy
+    row["ceiling_pct_copy"] = 100 * shape.bytes / (timed["fixed"].us * 1e-6) / 1e12 / copy
+    print(f"{shape.name:<34} {row['auto_chose']:>16} {timed['auto'].us:>8.2f} {timed['fixed'].us:>8.2f} "
+          f"({timed['fixed'].ratio:.2f}) {timed['launches'].us:>8.2f} ({timed['launches'].ratio:.2f}) "
+          f"{timed['copy'].us:>8.2f} {row['auto_pct_copy']:>6.0f}% {row['ceiling_pct_copy']:>8.0f}%", flush=True)
+    return row
+
+
 def _with_config(arch_name: str, base, cfg, fn):
     """fn, run with `cfg` as the only launch config of `arch_name` (set, and the plans forgotten,
     on every call, so a graph captures the launches of that config)."""
@@ -357,7 +408,10 @@ def main(argv=None) -> int:
     p.add_argument("--png", default=None, help="folder for the roofline picture")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
-    p.add_argument("--sweep", action="store_true", help="time the launch configs of SWEEP instead")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--sweep", action="store_true", help="time the launch configs of SWEEP instead")
+    mode.add_argument("--floor", action="store_true",
+                      help="time auto against its fixed part, its launches alone and a copy of its bytes instead")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="also time the auto path of the kernels of the checkout at DIR (bench.baseline)")
     args = p.parse_args(argv)
@@ -375,6 +429,14 @@ def main(argv=None) -> int:
     words = (args.k or "").split()
     if args.sweep:
         rows = sweep(device, args.rounds, tuple(words))
+    elif args.floor:
+        print(f"{'shape':<34} {'auto chose':>16} {'auto us':>8} {'fixed us (/auto)':>16} {'launches':>15} "
+              f"{'copy us':>8} {'%copy':>7} {'ceiling':>9}")
+        rows = []
+        for shape in (s for s in SHAPES if all(w in s.name for w in words)):
+            rows.append(floor(shape, device, copy, args.rounds))
+            write_json(args.json, head, copy, rows)
+            torch.cuda.empty_cache()
     else:
         shapes = [s for s in SHAPES if all(w in s.name for w in words)]
         print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'gluon us':>9} {'auto us':>9} {'auto chose':>16} "

@@ -26,8 +26,8 @@ extra (`pip install -e .[fla]`); without it the bench stops and says so.
 --baseline DIR times our forward against another checkout's (bench.baseline; e.g.
 `git worktree add /tmp/base main`) instead of against FLA, so fla-core is not
 needed: the same rounds and columns, the base in FLA's place. --kernels adds where
-our forward's device time goes: each kernel's time per call (torch.profiler over
-KERNEL_CALLS calls, on the row's own inputs).
+each forward's device time goes, ours and the peer's: each kernel's time per call
+(torch.profiler over KERNEL_CALLS calls, on the row's own inputs).
 """
 
 import argparse
@@ -196,6 +196,7 @@ def measure(shape: Shape, device, copy: float, rounds: int, peer, name: str, ker
         row[f"{who}_host_us"] = host_us(fn, HOST_CALLS)
     if kernels:
         row["kernel_us"] = kernel_us(mine)
+        row[f"{name}_kernel_us"] = kernel_us(theirs)
     return row
 
 
@@ -209,10 +210,10 @@ def summary(rows: list, name: str) -> str:
             f"{', '.join(slower) if slower else 'no row'}")
 
 
-def _print_kernels(times: dict) -> None:
+def _print_kernels(who: str, times: dict) -> None:
     total = sum(times.values())
-    parts = (f"{name.split('(')[0]} {us:.1f} us ({100 * us / total:.0f}%)" for name, us in times.items())
-    print("    " + "; ".join(parts), flush=True)
+    parts = (f"{name.split('(')[0].split('<')[0]} {us:.1f} us ({100 * us / total:.0f}%)" for name, us in times.items())
+    print(f"    {who}, {total:.1f} us of kernels: " + "; ".join(parts), flush=True)
 
 
 def _print_head(name: str) -> None:
@@ -229,7 +230,8 @@ def _print_row(row: dict, name: str) -> None:
           f"{row['noise']:.3f} ({row['noise_spread'][0]:.3f}-{row['noise_spread'][1]:.3f})"
           + ("" if row["timing"] == "graph" else f"  [{row['timing']}]"), flush=True)
     if "kernel_us" in row:
-        _print_kernels(row["kernel_us"])
+        _print_kernels("ours", row["kernel_us"])
+        _print_kernels(name, row[f"{name}_kernel_us"])
 
 
 def main(argv=None) -> int:
@@ -239,7 +241,8 @@ def main(argv=None) -> int:
     p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="time ours against the kernels of the checkout at DIR instead of against FLA")
-    p.add_argument("--kernels", action="store_true", help="also print each of our kernels' device time per call")
+    p.add_argument("--kernels", action="store_true",
+                   help="also print each kernel's device time per call, ours and the peer's")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.kda: needs a GPU", file=sys.stderr)

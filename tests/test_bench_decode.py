@@ -37,3 +37,13 @@ def test_gluon_sweep_selects_shapes_by_words_names_and_cache():
         "1x8192/w4096", "32x590/w4096"]
     with pytest.raises(SystemExit):
         gluon_sweep.main(["--cache", "fp8"])
+
+
+def test_floor_launches_the_empty_kernel_as_auto_launches():
+    """bench.decode --floor times an empty kernel on the grids and warps auto launches: 8 x 8192 / 4096
+    on sm90 (132 CUs) is one launch, a program per (sequence, kv head, partition) of one warp."""
+    shape = bench_decode.Shape(8, 8192, 4096)
+    call = bench_decode._decode([build_meta(shape.case("auto"))], None)
+    with arch.planned("sm90", 132):
+        grids = bench_decode.launches_of(call)
+    assert grids == [((8, 8, 17), 1)]
