@@ -442,18 +442,21 @@ print(json.dumps(picks))
 
 
 def test_auto_runs_the_gluon_kernel_where_the_sm90_table_picks_it():
-    """sm90: 8 x 8192 keys at GQA 4 (one-warp fp8 rows, picked) runs Gluon; 64 query rows a kv head (MTP 4,
-    GQA 16: 16-row tiles, not picked) runs Triton; gfx942 has no Gluon table. The Gluon launch gets the
-    cache strides in 16-byte runs (a bf16 cache: 8 elements), the run's own stride as it is."""
+    """sm90: 8 x 8192 keys at GQA 4 (one-warp fp8 rows, picked) runs Gluon, and so do 64 query rows a kv
+    head (MTP 4, GQA 16) in 16-row tiles (the two-warp row, picked from 128 keys a CU); the same rows of
+    one sequence (62 keys a CU) run Triton; gfx942 has no Gluon table. The Gluon launch gets the cache
+    strides in 16-byte runs (a bf16 cache: 8 elements), the run's own stride as it is."""
     cases = {"long": "decode-e4m3fn-token-b16-hq32-hkv8-d128-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q1"
                      "-shuffled-auto",
              "rows64": "decode-e4m3fn-token-b128-hq32-hkv2-d128-w4096-L8192_8192_8192_8192_8192_8192_8192_8192-q4"
                        "-shuffled-auto",
+             "few": "decode-e4m3fn-token-b128-hq32-hkv2-d128-w4096-L8192-q4-shuffled-auto",
              "bf16": "decode-bf16-token-b16-hq32-hkv8-d128-w4096-L8192_8192-q1-shuffled-auto"}
     (line,) = _compiled_run(f"CASES = {cases!r}\n" + _PICKS)[-1:]
     picks = json.loads(line)
     assert picks["long"] == ["decode_partition_gluon"]
-    assert picks["rows64"] == ["decode_partition_kernel"] and picks["gfx942"] == ["decode_partition_kernel"]
+    assert picks["rows64"] == ["decode_partition_gluon"]
+    assert picks["few"] == ["decode_partition_kernel"] and picks["gfx942"] == ["decode_partition_kernel"]
     triton_strides, gluon_strides = picks["strides"]
     # K blk, head, dhi, dlo, slo; V blk, head, dlo, shi, slo (shuffled: K's run is dlo, V's slo)
     runs = [8, 8, 8, 1, 8, 8, 8, 8, 8, 1]
