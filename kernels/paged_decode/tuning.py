@@ -286,8 +286,8 @@ _TWO_BYTE_DEEP = 4096
 #   45.7 against 94.2, and 1 x 8192 / 4096 MTP 4 (62 keys a CU) lost (18.9 against 15.0): below _ROWS_WORK
 #   keys a CU the Triton kernel runs;
 _ROWS_WORK = 128
-# - more than 16 rows at D 128: four warps, 64 keys; not picked (the four-warp row of 16-row tiles with
-#   128-key blocks lost: 43.7 against 40.3 for Triton's split);
+# - the rest at D 128 (more than 16 rows, or more than 8 where each CU walks fewer than _ROWS_WORK keys): four
+#   warps, 64 keys; not picked (on 16-row tiles with 128-key blocks it lost: 43.7 against 40.3 for Triton's split);
 # - D 256, up to 8 rows: four warps, 64 keys: 27.5 against 38.4;
 # - D 512 and 1024, 256-dim slices on two warps: 869.7 and 642.2 us against 1545.0 and 1249.4.
 _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows] fp32 accumulator with a 64-key tile's "
