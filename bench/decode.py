@@ -218,6 +218,10 @@ def _largest_difference(entry_a, entry_b, s) -> float:
     return (outs[0] - outs[1]).abs().max().item()
 
 
+def _tbps(nbytes: int, us: float) -> float:
+    return nbytes / (us * 1e-6) / 1e12
+
+
 def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> dict:
     sets = _input_sets(shape, device)
     calls = len(sets) * math.ceil(10 / len(sets))
@@ -241,7 +245,7 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
     row = dict(shape=shape.name, **dataclasses.asdict(shape), bytes=shape.bytes, sets=len(sets),
                auto_chose=_auto_choice(shape, device), host_us=host)
     for name, t in timed.items():
-        tbps = shape.bytes / (t.us * 1e-6) / 1e12
+        tbps = _tbps(shape.bytes, t.us)
         row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), tbps=tbps, pct_copy=100 * tbps / copy)
     row["best_path"] = min(paths, key=lambda n: row[n]["us"])
     if "gluon" in row:
@@ -354,12 +358,15 @@ def floor(shape: Shape, device, copy: float, rounds: int) -> dict:
     row = dict(shape=shape.name, bytes=shape.bytes, auto_chose=_auto_choice(shape, device), grids=grids)
     for name, t in timed.items():
         row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread))
-    row["auto_pct_copy"] = 100 * shape.bytes / (timed["auto"].us * 1e-6) / 1e12 / copy
-    row["ceiling_pct_copy"] = 100 * shape.bytes / (timed["fixed"].us * 1e-6) / 1e12 / copy
-    print(f"{shape.name:<34} {row['auto_chose']:>16} {timed['auto'].us:>8.2f} {timed['fixed'].us:>8.2f} "
-          f"({timed['fixed'].ratio:.2f}) {timed['launches'].us:>8.2f} ({timed['launches'].ratio:.2f}) "
-          f"{timed['copy'].us:>8.2f} {row['auto_pct_copy']:>6.0f}% {row['ceiling_pct_copy']:>8.0f}%", flush=True)
+    row["auto_pct_copy"] = 100 * _tbps(shape.bytes, timed["auto"].us) / copy
+    row["ceiling_pct_copy"] = 100 * _tbps(shape.bytes, timed["fixed"].us) / copy
     return row
+
+
+def _print_floor_row(row: dict) -> None:
+    print(f"{row['shape']:<34} {row['auto_chose']:>16} {row['auto']['us']:>8.2f} {row['fixed']['us']:>8.2f} "
+          f"({row['fixed']['ratio_to_auto']:.2f}) {row['launches']['us']:>8.2f} ({row['launches']['ratio_to_auto']:.2f}) "
+          f"{row['copy']['us']:>8.2f} {row['auto_pct_copy']:>6.0f}% {row['ceiling_pct_copy']:>8.0f}%", flush=True)
 
 
 def _with_config(arch_name: str, base, cfg, fn):
@@ -429,27 +436,24 @@ def main(argv=None) -> int:
     words = (args.k or "").split()
     if args.sweep:
         rows = sweep(device, args.rounds, tuple(words))
-    elif args.floor:
-        print(f"{'shape':<34} {'auto chose':>16} {'auto us':>8} {'fixed us (/auto)':>16} {'launches':>15} "
-              f"{'copy us':>8} {'%copy':>7} {'ceiling':>9}")
+    else:
+        if args.floor:
+            print(f"{'shape':<34} {'auto chose':>16} {'auto us':>8} {'fixed us (/auto)':>16} {'launches':>15} "
+                  f"{'copy us':>8} {'%copy':>7} {'ceiling':>9}")
+            timed, printed = (lambda shape: floor(shape, device, copy, args.rounds)), _print_floor_row
+        else:
+            print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'gluon us':>9} {'auto us':>9} {'auto chose':>16} "
+                  f"{'MB':>8} "
+                  f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
+            timed, printed = (lambda shape: measure(shape, device, copy, args.rounds, base)), _print_row
         rows = []
         for shape in (s for s in SHAPES if all(w in s.name for w in words)):
-            rows.append(floor(shape, device, copy, args.rounds))
-            write_json(args.json, head, copy, rows)
-            torch.cuda.empty_cache()
-    else:
-        shapes = [s for s in SHAPES if all(w in s.name for w in words)]
-        print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'gluon us':>9} {'auto us':>9} {'auto chose':>16} "
-              f"{'MB':>8} "
-              f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
-        rows = []
-        for shape in shapes:
-            row = measure(shape, device, copy, args.rounds, base)
-            _print_row(row)
+            row = timed(shape)
+            printed(row)
             rows.append(row)
             write_json(args.json, head, copy, rows)
             torch.cuda.empty_cache()
-        if args.png:
+        if args.png and not args.floor:
             picture = roofline(rows, copy, args.png)
             if picture:
                 print(f"roofline: {picture}")
