@@ -212,6 +212,13 @@ GLUON_TWINS = ("wild-output-store", "endless-loop", "nan-unused-v-slots", "nan-u
 _BY_NAME = {reg.name: reg for reg in DECODE_REGRESSIONS}
 GLUON_REGRESSIONS = tuple(Regression(f"gluon-{name}", f"(the Gluon kernel) {_BY_NAME[name].finding}",
                                      case=_BY_NAME[name].case.with_path("gluon"), gpu=True) for name in GLUON_TWINS)
+# The Gluon kernel's fold through shared memory (kernels.paged_decode.tuning, LaunchConfig.staged_fold) has its
+# own mask for partitions that hold no key: sm90's one-warp row folds these 32 partitions of 64 keys that way.
+GLUON_REGRESSIONS += (Regression("gluon-staged-empty-partitions",
+                                 "(the Gluon kernel's fold through shared memory) partitions that saw no key left NaN "
+                                 "scratch that the fold took in",
+                                 case=_decode(hq=32, hkv=8, d=128, lens=(0, 1, 4096), partition=64, path="gluon",
+                                              cu=64, tag="stagedempty"), gpu=True),)
 
 ALL = DECODE_REGRESSIONS + GLUON_REGRESSIONS + KDA_REGRESSIONS
 

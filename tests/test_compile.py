@@ -461,3 +461,26 @@ def test_auto_runs_the_gluon_kernel_where_the_sm90_table_picks_it():
     # K blk, head, dhi, dlo, slo; V blk, head, dlo, shi, slo (shuffled: K's run is dlo, V's slo)
     runs = [8, 8, 8, 1, 8, 8, 8, 8, 8, 1]
     assert [g * r for g, r in zip(gluon_strides, runs)] == triton_strides and gluon_strides != triton_strides
+
+
+def test_the_staged_fold_reaches_the_gluon_launch():
+    """The plan's staged fold is the Gluon launch's STAGED_FOLD: the kill matrix's case for the staged
+    fold's empty partitions (sm90's one-warp row, 32 partitions, 4 a step in registers) launches it, and
+    it compiles for sm90 without a stack (no CPU-tier case plans it); the same lengths cut to 300 (the
+    four-warp row, 5 partitions in one register step) do not (red if the entry passed the row's setting
+    instead of the plan's, or nothing)."""
+    case = "decode-e4m3fn-token-b16-hq32-hkv8-d128-w0-L0_1_4096-q1-shuffled-p64-cu64-stagedempty-gluon"
+    code = ("from verify import adapters, binaries, targets\n"
+            f"for case in ({case!r}, {case.replace('L0_1_4096', 'L0_1_300')!r}):\n"
+            "    inputs = binaries.meta_inputs(binaries.case_of(case))\n"
+            "    launches = adapters.planned_launches(inputs, arch='sm90', cus=132)\n"
+            "    print([(launch.constexprs['STAGED_FOLD'], launch.constexprs['MERGE_UNROLL'], launch.grid[2]) "
+            "for launch in launches])\n"
+            "    if launches[0].constexprs['STAGED_FOLD']:\n"
+            "        facts = binaries.compile_launch(launches[0], targets.TARGETS['sm90'])\n"
+            "        print(facts.get('error') or '', facts.get('registers'), facts.get('scratch'))\n")
+    staged, facts, single = _compiled_run(code)[-3:]
+    assert staged == "[(True, 4, 32)]", staged
+    error, registers, scratch = facts.rsplit(" ", 2)
+    assert not error and int(registers) > 0 and scratch == "0", facts
+    assert single == "[(False, 8, 5)]", single

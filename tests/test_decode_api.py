@@ -496,6 +496,49 @@ def test_the_fold_loads_partitions_within_the_tables_block():
     assert (onepass.merge_rows, onepass.merge_dims, onepass.merge_unroll) == (0, 0, 0)
 
 
+def test_the_gluon_fold_goes_through_shared_memory_where_registers_take_many_steps():
+    """sm90's Gluon rows stage a split's fold through shared memory where the register fold would take
+    2 steps or more (3 on the 16-row row): 8 x 8192 / 4096 (17 partitions, 4 a step), 32 x 590 (5, 4),
+    GQA 16 at 8 x 8192 (17, 2) do; 64 x 8192 (3, 4), 1 x 8192 / 257 MTP 4 (2, 2) and GQA 16 at 64 x 8192
+    (3, 2: measured slower staged) do not, nor does the Triton kernel (red with the rule taken back, or
+    with every fold staged)."""
+    common = dict(num_kv_heads=8, num_queries=1, window=4096, block_size=16, partition_size=None, cu=132,
+                  arch="sm90", force_split=None, group=4, head_dim=128, kernel="gluon")
+
+    def staged(**kw):
+        plan = decode_plan.plan_decode(**{**common, **kw})
+        assert plan.split
+        return plan.staged_fold
+
+    assert staged(num_seqs=8, max_seq_len=8192)
+    assert staged(num_seqs=32, max_seq_len=590)
+    assert staged(num_seqs=8, max_seq_len=8192, num_kv_heads=2, group=16)
+    assert not staged(num_seqs=64, max_seq_len=8192)
+    assert not staged(num_seqs=1, max_seq_len=8192, num_queries=4, window=257)
+    assert not staged(num_seqs=64, max_seq_len=8192, num_kv_heads=2, group=16)
+    assert not staged(num_seqs=8, max_seq_len=8192, kernel="triton")
+
+
+def test_the_staged_folds_ring_fits_where_the_walks_was():
+    """The staged fold's ring (NB groups of PB partitions: m, l and acc of `rows` rows and `dims` dims)
+    holds the most partitions in flight, (NB - 1) * PB, within the walk's ring bytes, NB a power of two
+    from 2 to FOLD_GROUPS: sm90's four-warp 128-key row (64 KB and its scales, 4 rows) 4 x 8; the one-warp
+    row (16 KB) 1 x 8; the 16-row row (32 KB) 1 x 4; a ring that holds none, 1 x 2."""
+    from kernels.paged_decode import gluon_partition
+
+    assert gluon_partition.fold_ring(2 * 128 * 264, 4, 128) == (4, 8)
+    assert gluon_partition.fold_ring(2 * 32 * 264, 4, 128) == (1, 8)
+    assert gluon_partition.fold_ring(2 * 64 * 264, 16, 128) == (1, 4)
+    assert gluon_partition.fold_ring(1024, 16, 128) == (1, 2)
+    for ring in (4096, 16896, 33792, 67584, 81920, 139264):
+        for rows in (1, 4, 8, 16, 32, 64):
+            for dims in (64, 128):
+                group, groups = gluon_partition.fold_ring(ring, rows, dims)
+                need = group * groups * (rows * dims + 2 * rows) * 4
+                assert groups & (groups - 1) == 0 and 2 <= groups <= gluon_partition.FOLD_GROUPS
+                assert need <= ring or (group, groups) == (1, 2)
+
+
 def test_a_split_launch_takes_the_arch_tables_waves():
     """gfx1250's table asks split launches for two waves per SIMD (its fold behind the arrival
     counter's ticket took one: tests/test_compile.py); its one-pass launches and other archs' splits

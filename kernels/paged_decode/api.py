@@ -287,7 +287,8 @@ def _bound(call: "_Call", scale, window, partition_size, force_split, table_widt
     if kernel == "gluon":
         fn = _gluon.decode_partition_gluon
         constexprs.update(V_KEYS_INNER=call.layout == "shuffled", STAGES=launch.num_stages,
-                          SCORE_DIMS=min(tile["D"], _gluon.SCORE_DIMS), NUM_WARPS=launch.num_warps)
+                          STAGED_FOLD=plan.staged_fold, SCORE_DIMS=min(tile["D"], _gluon.SCORE_DIMS),
+                          NUM_WARPS=launch.num_warps)
     # the keys a table row covers, to which the kernels clamp each length; a cache of no blocks has no
     # block to clamp an id to, so there every length clamps to 0 and nothing of the cache is read
     table_keys = table_width * call.block_size if call.num_blocks else 0

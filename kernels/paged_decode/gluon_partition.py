@@ -40,7 +40,9 @@ tail tile that reaches past the sequence end zeroes the codes of V there
 A split (SPLIT) writes m, l and acc to the workspace as the Triton kernel
 does, and the last program of a row tile to arrive folds the partitions
 (`fold`: kernels.paged_decode.reduce's fold in Gluon's layouts, the same
-loads, masks and elementwise order).
+loads, masks and elementwise order; or, STAGED_FOLD, `fold_staged`: the same
+sums from partials that cp.async brings into shared memory, where the walk's
+ring was, several groups of partitions in flight before the first wait).
 
 V_KEYS_INNER: the value cache keeps 16 bytes of keys of one dim together
 (shuffled), else the dims of one key (plain).
@@ -142,6 +144,18 @@ def _pages(start, seq, table_hi, num_blocks, bt_ptr, s_bti, BLOCK_SIZE: gl.const
 
 
 @gluon.jit
+def _merge(m_run, l_run, acc, m_j, l_j, acc_j):
+    """The running (m, l, acc) of a fold with one partition's (m_j, l_j, acc_j) merged in
+    (kernels.paged_decode.reduce.fold_partitions' elementwise order); a partition whose rows saw no key
+    (m_j = -inf, l_j = 0, acc_j = 0) leaves them as they are."""
+    m_new = gl.maximum(m_run, m_j)
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_run - m_safe)
+    beta = gl.exp2(m_j - m_safe)
+    return m_new, l_run * alpha + beta * l_j, acc * gl.expand_dims(alpha, 1) + gl.expand_dims(beta, 1) * acc_j
+
+
+@gluon.jit
 def fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part_base, part_size, kv_hi,
          row0, G: gl.constexpr, Q: gl.constexpr, KVH_G, s_oi, s_op, s_oh, seq,
          ROWS: gl.constexpr, D: gl.constexpr, D_REAL: gl.constexpr, DB: gl.constexpr, UNROLL: gl.constexpr,
@@ -168,13 +182,118 @@ def fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part
                 m_j = gl.load(m_ws_ptr + at, mask=in_part, other=float("-inf"))
                 acc_j = gl.load(acc_ws_ptr + gl.expand_dims(at, 1) * D_REAL + gl.expand_dims(dims, 0),
                                 mask=gl.expand_dims(wrote, 1) & cell_ok, other=0.0)
-                m_new = gl.maximum(m_run, m_j)
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m_run - m_safe)
-                beta = gl.exp2(m_j - m_safe)
-                l_run = l_run * alpha + beta * l_j
-                acc = acc * gl.expand_dims(alpha, 1) + gl.expand_dims(beta, 1) * acc_j
-                m_run = m_new
+                m_run, l_run, acc = _merge(m_run, l_run, acc, m_j, l_j, acc_j)
+        l_at = gl.expand_dims(l_run, 1)
+        out = gl.where(l_at > 0, acc / gl.where(l_at > 0, l_at, 1.0), 0.0)
+        gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
+                 mask=cell_ok)
+
+
+@gluon.constexpr_function
+def fold_ring(ring_bytes, rows, dims):
+    """(PB, NB) of the staged fold: NB groups of PB partitions (powers of two, NB from 2 to
+    FOLD_GROUPS) whose m, l and acc (`rows` rows, `dims` dims) fit in `ring_bytes` where they can,
+    with the most partitions in flight, (NB - 1) * PB; one partition in two groups where none fit."""
+    fits = ring_bytes // ((rows * dims + 2 * rows) * 4)
+    best = (1, 2)
+    group = 1
+    while 2 * group <= fits:
+        groups = min(FOLD_GROUPS, 1 << ((fits // group).bit_length() - 1))
+        if (groups - 1) * group > (best[1] - 1) * best[0]:
+            best = (group, groups)
+        group *= 2
+    return best
+
+
+FOLD_GROUPS = 8  # the most groups of the fold's ring: one cp.async group each, up to 6 waited past
+
+
+@gluon.constexpr_function
+def fold_group(ring_bytes, rows, dims):
+    """PB of fold_ring: partitions a group."""
+    return fold_ring(ring_bytes, rows, dims)[0]
+
+
+@gluon.constexpr_function
+def fold_groups(ring_bytes, rows, dims):
+    """NB of fold_ring: groups in the ring."""
+    return fold_ring(ring_bytes, rows, dims)[1]
+
+
+@gluon.jit
+def _stage(acc_buf, m_buf, l_buf, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part_base, part_size,
+           kv_hi, row0, j0, dim0, ROW_HI: gl.constexpr, ROWS: gl.constexpr, DB: gl.constexpr,
+           D_REAL: gl.constexpr, PB: gl.constexpr, num_warps: gl.constexpr):
+    """cp.async of partitions j0 .. j0 + PB - 1's m, l and acc dims [dim0, dim0 + DB) of the tile's
+    ROWS rows from row0 into one slot of the fold's ring (partition-major: [PB * ROWS, DB] and
+    [PB * ROWS]); zeros where a partition is past n_part or a row past ROW_HI, and for the acc of a
+    partition that holds no key (never written)."""
+    AL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // min(32, DB // 4), min(32, DB // 4)], [num_warps, 1], [1, 0])
+    pr = gl.arange(0, PB * ROWS, layout=gl.SliceLayout(1, AL))
+    j = j0 + pr // ROWS
+    r = row0 + pr % ROWS
+    d = dim0 + gl.arange(0, DB, layout=gl.SliceLayout(0, AL))
+    wrote = (j < n_part) & (part_base + j * part_size < kv_hi) & (r < ROW_HI)
+    _copy(acc_buf, acc_ws_ptr + gl.expand_dims((ws_tile + j * ws_part + r) * D_REAL, 1) + gl.expand_dims(d, 0),
+          mask=gl.expand_dims(wrote, 1) & gl.expand_dims(d < D_REAL, 0))
+    ML: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    pm = gl.arange(0, PB * ROWS, layout=ML)
+    jm = j0 + pm // ROWS
+    rm = row0 + pm % ROWS
+    at_m = ws_tile + jm * ws_part + rm
+    in_part = (jm < n_part) & (rm < ROW_HI)
+    _copy(m_buf, m_ws_ptr + at_m, mask=in_part)
+    _copy(l_buf, l_ws_ptr + at_m, mask=in_part)
+
+
+@gluon.jit
+def fold_staged(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part_base, part_size, kv_hi,
+                row0, G: gl.constexpr, Q: gl.constexpr, KVH_G, s_oi, s_op, s_oh, seq,
+                ROWS: gl.constexpr, D: gl.constexpr, D_REAL: gl.constexpr, DB: gl.constexpr,
+                RING_BYTES: gl.constexpr, num_warps: gl.constexpr):
+    """out of the tile's ROWS rows from row0 (kernels.paged_decode.reduce.fold_partitions: the same
+    masks and elementwise order, so the same sums); KVH_G: the tile's first query head (kv head x G).
+
+    The partials come through shared memory: groups of PB partitions (m, l and DB acc dims each)
+    copied by cp.async into a ring of NB slots, NB - 1 groups ahead of the one being folded, where
+    the walk's ring of RING_BYTES was (its copies are done by now), so a fold of up to (NB - 1) * PB
+    partitions waits for its loads once."""
+    PB: gl.constexpr = fold_group(RING_BYTES, ROWS, DB)
+    NB: gl.constexpr = fold_groups(RING_BYTES, ROWS, DB)
+    FL: gl.constexpr = plain_layout([ROWS, DB], num_warps)
+    ROWL: gl.constexpr = gl.SliceLayout(1, FL)
+    acc_bufs = gl.allocate_shared_memory(gl.float32, [NB, PB * ROWS, DB], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    m_bufs = gl.allocate_shared_memory(gl.float32, [NB, PB * ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    l_bufs = gl.allocate_shared_memory(gl.float32, [NB, PB * ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    rows = row0 + gl.arange(0, ROWS, layout=ROWL)
+    row_ok = rows < G * Q
+    o_rows = seq.to(gl.int64) * s_oi + (rows // G) * s_op + (KVH_G + rows % G) * s_oh
+    stage_args = (m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part_base, part_size, kv_hi, row0)
+    for c in gl.static_range(D // DB):
+        dims = c * DB + gl.arange(0, DB, layout=gl.SliceLayout(0, FL))
+        cell_ok = gl.expand_dims(row_ok, 1) & gl.expand_dims(dims < D_REAL, 0)
+        for g in gl.static_range(NB - 1):
+            if g * PB < n_part:
+                _stage(acc_bufs.index(g), m_bufs.index(g), l_bufs.index(g), *stage_args, g * PB, c * DB, G * Q, ROWS,
+                       DB, D_REAL, PB, num_warps)
+            async_copy.commit_group()  # empty past the last partition
+        m_run = gl.full([ROWS], float("-inf"), gl.float32, layout=ROWL)
+        l_run = gl.zeros([ROWS], gl.float32, layout=ROWL)
+        acc = gl.zeros([ROWS, DB], gl.float32, layout=FL)
+        for g in range(gl.cdiv(n_part, PB)):
+            async_copy.wait_group(NB - 2)  # group g is in shared memory
+            if (g + NB - 1) * PB < n_part:
+                nxt = (g + NB - 1) % NB
+                _stage(acc_bufs.index(nxt), m_bufs.index(nxt), l_bufs.index(nxt), *stage_args, (g + NB - 1) * PB,
+                       c * DB, G * Q, ROWS, DB, D_REAL, PB, num_warps)
+            async_copy.commit_group()
+            slot = g % NB
+            for u in gl.static_range(PB):
+                in_part = row_ok & (g * PB + u < n_part)
+                l_j = gl.where(in_part, l_bufs.index(slot).slice(u * ROWS, ROWS).load(ROWL), 0.0)
+                m_j = gl.where(in_part, m_bufs.index(slot).slice(u * ROWS, ROWS).load(ROWL), float("-inf"))
+                acc_j = acc_bufs.index(slot).slice(u * ROWS, ROWS).load(FL)
+                m_run, l_run, acc = _merge(m_run, l_run, acc, m_j, l_j, acc_j)
         l_at = gl.expand_dims(l_run, 1)
         out = gl.where(l_at > 0, acc / gl.where(l_at > 0, l_at, 1.0), 0.0)
         gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
@@ -199,7 +318,8 @@ def decode_partition_gluon(
     CHUNK: gl.constexpr, K_DX: gl.constexpr, V_SX: gl.constexpr,
     FP8_MODE: gl.constexpr, PER_TOKEN_SCALE: gl.constexpr, DOT: gl.constexpr, KEYS_M: gl.constexpr,
     SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr, MERGE_DIMS: gl.constexpr, MERGE_UNROLL: gl.constexpr,
-    V_KEYS_INNER: gl.constexpr, STAGES: gl.constexpr, SCORE_DIMS: gl.constexpr, NUM_WARPS: gl.constexpr,
+    STAGED_FOLD: gl.constexpr, V_KEYS_INNER: gl.constexpr, STAGES: gl.constexpr, SCORE_DIMS: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
 ):
     gl.static_assert(KEYS_M, "the Gluon kernel puts the keys in the MMA's M")
     seq = gl.program_id(0)
@@ -291,6 +411,8 @@ def decode_partition_gluon(
     acc = gl.zeros([DV, M_PAD], gl.float32, layout=MMA)
 
     raw_ty: gl.constexpr = k_ptr.dtype.element_ty
+    # the ring's K, V and scales: the fold's after the walk
+    RING_BYTES: gl.constexpr = STAGES * BLOCK_N * ((D + DV) * ELEM + 8 * PER_TOKEN_SCALE)
     # Tiles chunk-major (16-byte rows): the MMA's lanes read rows 16 bytes apart, no two in one bank
     kbufs = gl.allocate_shared_memory(raw_ty, [STAGES, D // RUN, BLOCK_N, RUN], FLAT3)
     if V_KEYS_INNER:
@@ -410,9 +532,15 @@ def decode_partition_gluon(
             gl.store(acc_ws_ptr + acc_off, acc, mask=out_ok)
         n_part = gl.num_programs(2)
         if last_to_arrive(count_ptr, seq * (gl.num_programs(1) // SLICES) + head_tile, n_part * SLICES):
-            fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, (kv_lo // BLOCK_SIZE) * BLOCK_SIZE,
-                 part_size, kv_hi, row0, G, Q, kvh * G, s_oi, s_op, s_oh, seq, MERGE_ROWS, D, D_REAL, MERGE_DIMS,
-                 MERGE_UNROLL, NUM_WARPS)
+            # (constexprs go by name: a tuple would carry them as values)
+            fold_args = (out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part,
+                         (kv_lo // BLOCK_SIZE) * BLOCK_SIZE, part_size, kv_hi, row0)
+            if STAGED_FOLD:
+                fold_staged(*fold_args, G, Q, kvh * G, s_oi, s_op, s_oh, seq, MERGE_ROWS, D, D_REAL, MERGE_DIMS,
+                            RING_BYTES, NUM_WARPS)
+            else:
+                fold(*fold_args, G, Q, kvh * G, s_oi, s_op, s_oh, seq, MERGE_ROWS, D, D_REAL, MERGE_DIMS, MERGE_UNROLL,
+                     NUM_WARPS)
     else:
         l_at = gl.expand_dims(l_i, 0)
         out = gl.where(l_at > 0, acc / gl.where(l_at > 0, l_at, 1.0), 0.0)

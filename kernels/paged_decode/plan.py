@@ -20,7 +20,8 @@ attends. The split spreads that walk over partitions when it pays:
 - the workspace's partition dim is the count rounded up to a power of two;
 - the fold of a split (in the last partition program of each row tile) holds the
   tile's rows that can exist, takes the arch table's `merge_dims` dims a pass and
-  loads partitions of at most `merge_block` elements a warp a step;
+  loads partitions of at most `merge_block` elements a warp a step (or, where the launch
+  config's `staged_fold` steps of them do not cover the partitions, takes them through shared memory);
 - a split launch asks for the arch table's `split_waves_per_eu`, where it has one
   (AMD: the waves per SIMD the compiler leaves room for);
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
@@ -55,7 +56,8 @@ class DecodePlan:
     kv head run as row_tiles tiles of m_pad rows (row_tiles and the query split), each as
     dim_slices programs of dims // dim_slices output dims; launch: the partition kernel's launch
     config; the fold (split only, else 0): the tile's merge_rows rows that can exist (a power of two
-    up to m_pad), merge_dims dims a pass, merge_unroll partitions a step."""
+    up to m_pad), merge_dims dims a pass, merge_unroll partitions a step, or through shared memory
+    (staged_fold: where the launch config's staged_fold steps of merge_unroll do not cover n_part)."""
 
     split: bool
     n_part: int
@@ -68,6 +70,7 @@ class DecodePlan:
     merge_dims: int = 0
     merge_unroll: int = 0
     dim_slices: int = 1
+    staged_fold: bool = False
 
 
 def auto_plan(*, gluon: bool, **planned) -> tuple[str, DecodePlan]:
@@ -174,6 +177,7 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
     if table.split_waves_per_eu is not None:
         launch = dataclasses.replace(launch, waves_per_eu=table.split_waves_per_eu)
+    staged = launch.staged_fold is not None and _cdiv(n_part, unroll) >= launch.staged_fold
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
                       row_tiles=tiles, launch=launch, merge_rows=fold_rows, merge_dims=dims, merge_unroll=unroll,
-                      dim_slices=n_slices)
+                      dim_slices=n_slices, staged_fold=staged)

@@ -82,7 +82,10 @@ class LaunchConfig:
     kernels.paged_decode.plan.LONG_WALK_PARTS); max_heads: the most (sequence, kv head) pairs per CU
     for which the row applies (fewer than one: the sequences leave CUs idle, and a split makes the
     programs); picked (a Gluon table's row): the auto path runs the Gluon kernel where the row serves,
-    the Triton kernel elsewhere."""
+    the Triton kernel elsewhere; staged_fold (a Gluon table's row): a split's fold brings its partials
+    into shared memory by cp.async, several groups of partitions in flight (gluon_partition.fold_staged),
+    where loading `merge_block` elements a warp a step into registers would take at least this many
+    steps (None: never)."""
 
     max_head_dim: int
     block_n: int
@@ -102,6 +105,7 @@ class LaunchConfig:
     long_walk: int | None = None
     max_heads: float = float("inf")
     picked: bool = False
+    staged_fold: int | None = None
 
     def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf"),
              heads: float = 0.0) -> bool:
@@ -290,6 +294,16 @@ _ROWS_WORK = 128
 #   warps, 64 keys; not picked (on 16-row tiles with 128-key blocks it lost: 43.7 against 40.3 for Triton's split);
 # - D 256, up to 8 rows: four warps, 64 keys: 27.5 against 38.4;
 # - D 512 and 1024, 256-dim slices on two warps: 869.7 and 642.2 us against 1545.0 and 1249.4.
+# - a split's fold through shared memory (LaunchConfig.staged_fold; `python -m bench.decode --rounds 3 --baseline
+#   DIR`, every Gluon row staged against the register fold, outputs bit-identical; us): where the register fold
+#   takes 2 steps or more on the fp8 rows up to 8 rows, 8 x 8192 / 4096 26.4 against 27.5 (17 partitions, 5 steps),
+#   32 x 590 18.0 against 18.8 (5 partitions, 2 steps), MTP 4 38.1 against 40.1, e4m3fnuz 28.1 against 29.9,
+#   per-tensor scales 24.7 against 25.7, 1 x 8192 / 4096 10.5 against 10.8 (17 partitions, 2 steps of 16); in one
+#   step it lost (1 x 8192 / 257 MTP 4, 2 partitions: 8.0 against 7.7). The 16-row row gained from 3 steps
+#   (8 x 8192 / 4096 GQA 16: 19.7 against 20.9, 17 partitions, 9 steps) and lost at 2 (64 x 8192 / 4096 GQA 16:
+#   64.3 against 60.6, 3 partitions). Rows not listed were not measured with a fold of 2 steps or more.
+_STAGED = 2
+_STAGED_ROWS = 3
 _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows] fp32 accumulator with a 64-key tile's "
                       "operands: 255 registers and a stack of 8 to 672 bytes in some specializations (bf16 caches, "
                       "16 to 64 rows); up to 8 rows it was the fastest timed at D 256 (bench/NOTES.md)")
@@ -302,16 +316,18 @@ _GLUON_SLICED_SPILLS = ("256-dim slices on two warps with 32 rows: 255 registers
                         "bytes; 1.8x and 1.9x faster than Triton's sliced row where timed (bench/NOTES.md)")
 GLUON_TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
-                                          programs_per_cu=3, max_heads=_FEW_HEADS, picked=True),
+                                          programs_per_cu=3, max_heads=_FEW_HEADS, picked=True, staged_fold=_STAGED),
                              LaunchConfig(128, 32, 1, 4, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
-                                          programs_per_cu=12, min_programs=_ONE_PASS, picked=True),
+                                          programs_per_cu=12, min_programs=_ONE_PASS, picked=True,
+                                          staged_fold=_STAGED),
                              LaunchConfig(128, 32, 1, 2, max_rows=8, max_elem=1, min_work=_FULL, keys_m=True,
-                                          programs_per_cu=12, min_programs=_ONE_PASS, picked=True),
+                                          programs_per_cu=12, min_programs=_ONE_PASS, picked=True,
+                                          staged_fold=_STAGED),
                              LaunchConfig(128, 32, 1, 2, max_rows=8, max_elem=1, min_work=_HALF, keys_m=True,
                                           programs_per_cu=12, min_programs=_ONE_PASS, partition_size=128,
-                                          picked=True),
+                                          picked=True, staged_fold=_STAGED),
                              LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, keys_m=True, programs_per_cu=3,
-                                          picked=True),
+                                          picked=True, staged_fold=_STAGED),
                              LaunchConfig(128, 64, 2, 2, max_rows=8, min_work=_TWO_BYTE_DEEP, keys_m=True,
                                           programs_per_cu=6, min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 32, 2, 2, max_rows=8, min_work=_HALF, keys_m=True, programs_per_cu=4,
@@ -319,7 +335,8 @@ GLUON_TABLES = {
                              LaunchConfig(128, 64, 4, 2, max_rows=8, keys_m=True, programs_per_cu=3,
                                           min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 64, 2, 2, max_rows=16, min_work=_ROWS_WORK, keys_m=True,
-                                          programs_per_cu=3, min_programs=_ONE_PASS, picked=True),
+                                          programs_per_cu=3, min_programs=_ONE_PASS, picked=True,
+                                          staged_fold=_STAGED_ROWS),
                              LaunchConfig(128, 64, 4, 2, keys_m=True, spills=_GLUON_ROWS_SPILLS),
                              LaunchConfig(256, 64, 4, 2, max_rows=8, keys_m=True, picked=True,
                                           spills=_GLUON_D256_SPILLS),
@@ -382,3 +399,4 @@ def spills(arch: str, head_dim: int, rows: int, block_n: int, keys_m: bool, num_
             return row.spills
     raise ValueError(f"head_dim: no launch config of {arch} launches {head_dim} dims, {rows} rows, "
                      f"{block_n} keys a step, keys_m={keys_m}, {num_warps} warps, maxnreg={maxnreg}")
+
