@@ -304,6 +304,10 @@ _ROWS_WORK = 128
 #   64.3 against 60.6, 3 partitions). Rows not listed were not measured with a fold of 2 steps or more.
 _STAGED = 2
 _STAGED_ROWS = 3
+_GLUON_STAGED_SPILLS = ("four warps of 128 keys with the fold staged, found by the GPU tier's compile: at D 64 with "
+                        "e4m3fnuz decoded from its bits (8 rows, 17 partitions) 128 registers and an 8-byte stack, "
+                        "none with the register fold; staged where timed at D 128 (1 x 8192 / 4096: 10.4 against "
+                        "10.7 us), not timed at D 64")
 _GLUON_D256_SPILLS = ("four warps at D 256 (192 padded to it) hold a [256, rows] fp32 accumulator with a 64-key tile's "
                       "operands: 255 registers and a stack of 8 to 672 bytes in some specializations (bf16 caches, "
                       "16 to 64 rows); up to 8 rows it was the fastest timed at D 256 (bench/NOTES.md)")
@@ -316,7 +320,8 @@ _GLUON_SLICED_SPILLS = ("256-dim slices on two warps with 32 rows: 255 registers
                         "bytes; 1.8x and 1.9x faster than Triton's sliced row where timed (bench/NOTES.md)")
 GLUON_TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
-                                          programs_per_cu=3, max_heads=_FEW_HEADS, picked=True, staged_fold=_STAGED),
+                                          programs_per_cu=3, max_heads=_FEW_HEADS, picked=True, staged_fold=_STAGED,
+                                          spills=_GLUON_STAGED_SPILLS),
                              LaunchConfig(128, 32, 1, 4, max_rows=8, max_elem=1, min_work=_DEEP, keys_m=True,
                                           programs_per_cu=12, min_programs=_ONE_PASS, picked=True,
                                           staged_fold=_STAGED),
@@ -327,7 +332,7 @@ GLUON_TABLES = {
                                           programs_per_cu=12, min_programs=_ONE_PASS, partition_size=128,
                                           picked=True, staged_fold=_STAGED),
                              LaunchConfig(128, 128, 4, 2, max_rows=8, max_elem=1, keys_m=True, programs_per_cu=3,
-                                          picked=True, staged_fold=_STAGED),
+                                          picked=True, staged_fold=_STAGED, spills=_GLUON_STAGED_SPILLS),
                              LaunchConfig(128, 64, 2, 2, max_rows=8, min_work=_TWO_BYTE_DEEP, keys_m=True,
                                           programs_per_cu=6, min_programs=_ONE_PASS, picked=True),
                              LaunchConfig(128, 32, 2, 2, max_rows=8, min_work=_HALF, keys_m=True, programs_per_cu=4,
