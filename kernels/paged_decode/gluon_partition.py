@@ -156,6 +156,15 @@ def _merge(m_run, l_run, acc, m_j, l_j, acc_j):
 
 
 @gluon.jit
+def _fold_out(out_ptr, o_rows, dims, cell_ok, l_run, acc):
+    """A fold's output cells: acc / l for the rows that saw a key (l > 0), else 0, where cell_ok."""
+    l_at = gl.expand_dims(l_run, 1)
+    out = gl.where(l_at > 0, acc / gl.where(l_at > 0, l_at, 1.0), 0.0)
+    gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
+             mask=cell_ok)
+
+
+@gluon.jit
 def fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part_base, part_size, kv_hi,
          row0, G: gl.constexpr, Q: gl.constexpr, KVH_G, s_oi, s_op, s_oh, seq,
          ROWS: gl.constexpr, D: gl.constexpr, D_REAL: gl.constexpr, DB: gl.constexpr, UNROLL: gl.constexpr,
@@ -183,10 +192,7 @@ def fold(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_part, part
                 acc_j = gl.load(acc_ws_ptr + gl.expand_dims(at, 1) * D_REAL + gl.expand_dims(dims, 0),
                                 mask=gl.expand_dims(wrote, 1) & cell_ok, other=0.0)
                 m_run, l_run, acc = _merge(m_run, l_run, acc, m_j, l_j, acc_j)
-        l_at = gl.expand_dims(l_run, 1)
-        out = gl.where(l_at > 0, acc / gl.where(l_at > 0, l_at, 1.0), 0.0)
-        gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
-                 mask=cell_ok)
+        _fold_out(out_ptr, o_rows, dims, cell_ok, l_run, acc)
 
 
 @gluon.constexpr_function
@@ -294,10 +300,7 @@ def fold_staged(out_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, ws_tile, ws_part, n_par
                 m_j = gl.where(in_part, m_bufs.index(slot).slice(u * ROWS, ROWS).load(ROWL), float("-inf"))
                 acc_j = acc_bufs.index(slot).slice(u * ROWS, ROWS).load(FL)
                 m_run, l_run, acc = _merge(m_run, l_run, acc, m_j, l_j, acc_j)
-        l_at = gl.expand_dims(l_run, 1)
-        out = gl.where(l_at > 0, acc / gl.where(l_at > 0, l_at, 1.0), 0.0)
-        gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty),
-                 mask=cell_ok)
+        _fold_out(out_ptr, o_rows, dims, cell_ok, l_run, acc)
 
 
 @gluon.jit
