@@ -20,8 +20,8 @@ attends. The split spreads that walk over partitions when it pays:
 - the workspace's partition dim is the count rounded up to a power of two;
 - the fold of a split (in the last partition program of each row tile) holds the
   tile's rows that can exist, takes the arch table's `merge_dims` dims a pass and
-  loads partitions of at most `merge_block` elements a warp a step (or, where the launch
-  config's `staged_fold` steps of them do not cover the partitions, takes them through shared memory);
+  loads partitions of at most `merge_block` elements a warp a step (or takes them through
+  shared memory where that would take at least the launch config's `staged_fold` steps);
 - a split launch asks for the arch table's `split_waves_per_eu`, where it has one
   (AMD: the waves per SIMD the compiler leaves room for);
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
@@ -57,7 +57,7 @@ class DecodePlan:
     dim_slices programs of dims // dim_slices output dims; launch: the partition kernel's launch
     config; the fold (split only, else 0): the tile's merge_rows rows that can exist (a power of two
     up to m_pad), merge_dims dims a pass, merge_unroll partitions a step, or through shared memory
-    (staged_fold: where the launch config's staged_fold steps of merge_unroll do not cover n_part)."""
+    (staged_fold: where n_part takes at least the launch config's staged_fold steps of merge_unroll)."""
 
     split: bool
     n_part: int

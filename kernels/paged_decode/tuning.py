@@ -304,6 +304,7 @@ _ROWS_WORK = 128
 #   64.3 against 60.6, 3 partitions). Rows not listed were not measured with a fold of 2 steps or more.
 _STAGED = 2
 _STAGED_ROWS = 3
+# (both four-warp 128-key rows carry it: `spills` names a launch by its shape, so the first such row answers)
 _GLUON_STAGED_SPILLS = ("four warps of 128 keys with the fold staged, found by the GPU tier's compile: at D 64 with "
                         "e4m3fnuz decoded from its bits (8 rows, 17 partitions) 128 registers and an 8-byte stack, "
                         "none with the register fold; staged where timed at D 128 (1 x 8192 / 4096: 10.4 against "
@@ -404,4 +405,3 @@ def spills(arch: str, head_dim: int, rows: int, block_n: int, keys_m: bool, num_
             return row.spills
     raise ValueError(f"head_dim: no launch config of {arch} launches {head_dim} dims, {rows} rows, "
                      f"{block_n} keys a step, keys_m={keys_m}, {num_warps} warps, maxnreg={maxnreg}")
-
