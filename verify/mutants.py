@@ -234,18 +234,17 @@ _KDA_MUTANTS = (
     Mutant("kda-log-gate-clamped-below-zero", "kernels.kda.prepare", _KDA, "_prepare",
            "        out = g\n", "        out = tl.minimum(g, -1e-3)\n"),
     Mutant("kda-l2norm-without-epsilon", "kernels.kda.prepare", _KDA, "_prepare",
-           "k_norm = tl.sqrt(k_ss + 1e-6)", "k_norm = tl.where(valid, tl.sqrt(k_ss), 1.0)"),
+           "inv = 1.0 / tl.sqrt(tl.sum(x * x, 1) + 1e-6)", "inv = 1.0 / tl.sqrt(tl.sum(x * x, 1))"),
     Mutant("kda-beta-sigmoid-overflow", "kernels.kda.prepare", _KDA, "_prepare",
            "beta = 1.0 / (1.0 + tl.exp(-beta))", "beta = tl.exp(beta) / (1.0 + tl.exp(beta))"),
     Mutant("kda-v-staged-in-fp16", "kernels.kda.prepare", _KDA, "_prepare",
-           "mask=valid[:, None], other=0.0).to(tl.float32)\n        u = tl.dot",
-           "mask=valid[:, None], other=0.0).to(tl.float16).to(tl.float32)\n        u = tl.dot"),
+           "v = _rows(v_ptr, bidx, t0, h, sv_b, sv_t, sv_h, rows, valid, vb * BK + cb)",
+           "v = _rows(v_ptr, bidx, t0, h, sv_b, sv_t, sv_h, rows, valid, vb * BK + cb).to(tl.float16).to(tl.float32)"),
     Mutant("kda-slow-decay-flushed", "kernels.kda.prepare", _KDA, "_prepare",
            "        out = g\n", "        out = tl.where(g > -0.0009765625, 0.0, g)\n"),
     Mutant("kda-fp16-read-as-bf16", "kernels.kda.prepare", _KDA, "_prepare",
-           "q = tl.load(q_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)",
-           "q = tl.load(q_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.bfloat16, bitcast=True)"
-           ".to(tl.float32)"),
+           "    return tl.load(at, mask=valid[:, None], other=0.0).to(tl.float32)",
+           "    return tl.load(at, mask=valid[:, None], other=0.0).to(tl.bfloat16, bitcast=True).to(tl.float32)"),
 )
 MUTANTS = _DECODE + _GLUON_TWINS + _KDA_MUTANTS
 

@@ -350,11 +350,10 @@ def flash_kda_fwd(
     tiles, u, aqk, decay = ws["tiles"], ws["u"], ws["aqk"], ws["decay"]
     stream = arch.raw_stream(device)
     if call.stage is not None:
-        staged, gc, akk = ws["staged"], ws["gates"], ws["akk"]
-        call.stage(q, k, g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g, staged, gc,
-                   stream=stream)
-        call.intra(staged, gc, akk, aqk, stream=stream)
-        call.solve(v, beta, staged, gc, akk, tiles, u, decay, stream=stream)
+        gc, akk = ws["gates"], ws["akk"]
+        call.stage(g, A_log if A_log is not None else g, dt_bias if dt_bias is not None else g, gc, stream=stream)
+        call.intra(q, k, beta, gc, akk, aqk, tiles, decay, stream=stream)
+        call.solve(v, beta, akk, tiles, u, stream=stream)
     if call.transition is None:
         call.walk(out, tiles, u, aqk, decay, out, init, fin, *state, stream=stream)
     else:
@@ -418,7 +417,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
     table = _tuning.tuning(arch_name)
     dot = dot_dtype(device)
     dot_tl = _TL_DTYPES[dot]
-    buffers = dict(tiles=_layout((nc, heads, 3, CHUNK, dim_k), dot), u=_layout((nc, heads, CHUNK, dim_v), torch.float32),
+    buffers = dict(tiles=_layout((nc, heads, 3, CHUNK, dim_k), dot), u=_layout((nc, heads, CHUNK, dim_v), dot),
                    aqk=_layout((nc, heads, CHUNK, CHUNK), dot), decay=_layout((nc, heads, dim_k), torch.float32))
     final_shape = None
     if output_final_state:
@@ -446,20 +445,21 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
     stage = intra = solve = transition = scan = None
     if nc:
         sub = _tuning.SUB_BLOCK
-        buffers.update(staged=_layout((nc, heads, 2, CHUNK, dim_k), dot),
-                       gates=_layout((nc, heads, CHUNK, dim_k), torch.float32),
+        buffers.update(gates=_layout((nc, heads, CHUNK, dim_k), torch.float32),
                        akk=_layout((nc, heads, CHUNK, CHUNK), torch.float32))
         stage = _launch.Bound(_prepare.kda_stage_kernel, (nc, heads), (
-            S, S, S, S, S, *q.stride()[:3], *k.stride()[:3], *g.stride()[:3], chunk_meta, S, S, heads, lower),
-            dict(K=dim_k, C=CHUNK, BK=min(configs.stage_columns, dim_k), GATE=GATES[gate], L2NORM=qk_l2norm),
+            S, S, S, *g.stride()[:3], chunk_meta, S, heads, lower),
+            dict(K=dim_k, C=CHUNK, BK=min(configs.stage_columns, dim_k), GATE=GATES[gate]),
             configs.stage.options)
         intra = _launch.Bound(_prepare.kda_intra_kernel, (nc * (CHUNK // sub), heads), (
-            S, S, S, S, heads, float(scale)),
+            S, S, S, *q.stride()[:3], *k.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, heads,
+            float(scale)),
             dict(K=dim_k, C=CHUNK, BC=sub, SB=configs.exact_rows,
-                 ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, sub), DOT=dot_tl),
+                 ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, sub),
+                 L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, DOT=dot_tl),
             configs.intra.options)
         solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (
-            S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, S, S, S, heads, float(scale)),
+            S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, heads),
             dict(K=dim_k, V=dim_v, C=CHUNK, BC=sub, BK=min(configs.columns, dim_k, dim_v),
                  BETA_SIGMOID=beta_sigmoid, PRECISION=table.solve_precision, DOT=dot_tl),
             configs.solve.options)

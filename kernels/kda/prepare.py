@@ -17,11 +17,16 @@ so that, with S the [K, V] state entering the chunk, the chunk walk does
 U = u - w S, o = qg S + Aqk U, S <- decay * S + kg^T U.
 
 The three kernels hand over through the workspace, in launch order:
-  kda_stage_kernel  (chunk, head):            the gate, gc, the L2 norm; stages q, k, gc
-  kda_intra_kernel  (chunk x row block, head): Akk and Aqk of BC rows t against every j <= t
-  kda_solve_kernel  (chunk, head):            T, then w, u, qg, kg and decay
+  kda_stage_kernel  (chunk, head):            the gate and gc; stages gc
+  kda_intra_kernel  (chunk x row block, head): the L2 norm of its rows; Akk and Aqk of BC
+                                               rows t against every j <= t; the rows' qg, kg,
+                                               beta k 2^gc, and decay
+  kda_solve_kernel  (chunk, head):            T, then u and w
 Each holds only its own phase, so it needs fewer registers and less code than one
-kernel doing all three would, and more programs fit on a multiprocessor at once.
+kernel doing all three would, and more programs fit on a multiprocessor at once. q and
+k are read from the inputs once, by intra, which holds whole rows (their norms) and
+their gates: every tile that is a function of a row alone comes from it, and the solve
+reads only what T multiplies.
 
 Exponents stay <= 0 (one case aside, below): the rows t of block I (BC rows from
 i0 = I*BC) meet the earlier rows j < i0 a block at a time, 2^(gc_t - gc_j) = 2^(gc_t - r)
@@ -32,17 +37,16 @@ A gate bounded below (plan.diagonal_product) makes the block one product through
 row's gate (factors within 2^(+-64); pairs j > t, which may reach inf, are dropped).
 The solve runs over column blocks (the stage over its own width; intra takes whole rows).
 
-Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32; q and
-k are staged in the DOT dtype; the exact diagonal steps and the substitution are fp32; T's
-merges take fp32 operands at the arch's solve precision (tf32 on NVIDIA); every other tl.dot
-takes DOT operands (bf16 on a GPU, fp32 in the interpreter) and accumulates in fp32.
+Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32; the
+exact diagonal steps and the substitution are fp32; T's merges take fp32 operands at the
+arch's solve precision (tf32 on NVIDIA); every other tl.dot takes DOT operands (bf16 on a
+GPU, fp32 in the interpreter) and accumulates in fp32; u is stored in the DOT dtype.
 
 Workspace (contiguous, index (chunk * H + head)):
-  staged  [NC, H, 2, C, K] DOT   normalised q and k (K1's own staging)
   gates   [NC, H, C, K]    fp32  gc
   akk     [NC, H, C, C]    fp32  sum_c k_t k_j 2^(gc_t - gc_j) below the diagonal
-  tiles   [NC, H, 3, C, K] DOT   qg, kg, w
-  u       [NC, H, C, V]    fp32
+  tiles   [NC, H, 3, C, K] DOT   qg, kg, w (beta k 2^gc from intra until the solve)
+  u       [NC, H, C, V]    DOT
   aqk     [NC, H, C, C]    DOT   (zero above the diagonal)
   decay   [NC, H, K]       fp32
 Chunk metadata `meta` [NC, 4] int32: (sequence, batch row, first token, length).
@@ -85,62 +89,65 @@ def _chunk(meta_ptr, cid):
 
 
 @triton.jit
+def _rows(ptr, bidx, t0, h, s_b, s_t, s_h, rows, valid, cols):
+    """The [R, len(cols)] tile of `ptr` at chunk rows `rows` (tokens t0 + rows of batch row bidx, head h)
+    and columns `cols`, in fp32, zero where not `valid`."""
+    at = ptr + bidx * s_b + (t0 + rows)[:, None] * s_t + h * s_h + cols[None, :]
+    return tl.load(at, mask=valid[:, None], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _beta(beta_ptr, bidx, t0, h, s_b, s_t, s_h, rows, valid, BETA_SIGMOID: tl.constexpr):
+    """beta of chunk rows `rows` in fp32 (through a sigmoid with BETA_SIGMOID), zero where not `valid`."""
+    beta = tl.load(beta_ptr + bidx * s_b + (t0 + rows) * s_t + h * s_h, mask=valid, other=0.0).to(tl.float32)
+    if BETA_SIGMOID:
+        beta = 1.0 / (1.0 + tl.exp(-beta))
+    return tl.where(valid, beta, 0.0)
+
+
+@triton.jit
+def _inv_norm(x, L2NORM: tl.constexpr):
+    """1 / sqrt(sum_c x[:, c]^2 + 1e-6) of each row of the whole-row tile x [R, K] (ones without L2NORM)."""
+    if L2NORM:
+        inv = 1.0 / tl.sqrt(tl.sum(x * x, 1) + 1e-6)
+    else:
+        inv = tl.full([x.shape[0]], 1.0, dtype=tl.float32)
+    return inv
+
+
+@triton.jit
 def kda_stage_kernel(
-    q_ptr, k_ptr, g_ptr, alog_ptr, dtb_ptr, sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sg_b, sg_t, sg_h,
-    meta_ptr, staged_ptr, gc_ptr, H, lower_bound,
-    K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr, L2NORM: tl.constexpr,
+    g_ptr, alog_ptr, dtb_ptr, sg_b, sg_t, sg_h, meta_ptr, gc_ptr, H, lower_bound,
+    K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr,
 ):
-    """By [C, BK] column blocks: the gate, its cumsum along the rows (log2 units; each
-    column is independent), the L2 norm (its row sums first, over all columns); stage
-    q, k and gc (zero rows past the chunk's length, whose gc repeats the last row's)."""
+    """By [C, BK] column blocks: the gate and its cumsum along the rows (log2 units; each
+    column is independent), staged as gc (rows past the chunk's length repeat the last row's)."""
     cid = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     bidx, t0, length = _chunk(meta_ptr, cid)
     rows = tl.arange(0, C)
     cb = tl.arange(0, BK)
     valid = rows < length
-    tok = t0 + rows
-    q_rows = q_ptr + bidx * sq_b + tok[:, None] * sq_t + h * sq_h
-    k_rows = k_ptr + bidx * sk_b + tok[:, None] * sk_t + h * sk_h
-    g_rows = g_ptr + bidx * sg_b + tok[:, None] * sg_t + h * sg_h
-    tile = (cid * H + h) * (C * K) + rows[:, None] * K + cb[None, :]
-    stage = staged_ptr + (cid * H + h) * (2 * C * K) + rows[:, None] * K + cb[None, :]
-
-    q_scale = tl.full([C], 1.0, dtype=tl.float32)
-    k_scale = tl.full([C], 1.0, dtype=tl.float32)
-    if L2NORM:
-        q_ss = tl.zeros([C], dtype=tl.float32)
-        k_ss = tl.zeros([C], dtype=tl.float32)
-        for kb in tl.static_range(K // BK):
-            q = tl.load(q_rows + kb * BK + cb[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-            k = tl.load(k_rows + kb * BK + cb[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-            q_ss += tl.sum(q * q, 1)
-            k_ss += tl.sum(k * k, 1)
-        q_norm = tl.sqrt(q_ss + 1e-6)
-        k_norm = tl.sqrt(k_ss + 1e-6)
-        q_scale = 1.0 / q_norm
-        k_scale = 1.0 / k_norm
+    tile = gc_ptr + (cid * H + h) * (C * K) + rows[:, None] * K + cb[None, :]
     for kb in tl.static_range(K // BK):
         cols = kb * BK + cb
-        q = tl.load(q_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        k = tl.load(k_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        g = tl.load(g_rows + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        g = _rows(g_ptr, bidx, t0, h, sg_b, sg_t, sg_h, rows, valid, cols)
         gate = tl.where(valid[:, None], _gate(g, alog_ptr, dtb_ptr, h, cols, lower_bound, K, GATE), 0.0)
-        gc = tl.cumsum(gate * 1.4426950408889634, axis=0)
-        tl.store(stage + kb * BK, (q * q_scale[:, None]).to(staged_ptr.dtype.element_ty))
-        tl.store(stage + kb * BK + C * K, (k * k_scale[:, None]).to(staged_ptr.dtype.element_ty))
-        tl.store(gc_ptr + tile + kb * BK, gc)
+        tl.store(tile + kb * BK, tl.cumsum(gate * 1.4426950408889634, axis=0))
 
 
 @triton.jit
 def kda_intra_kernel(
-    staged_ptr, gc_ptr, akk_ptr, aqk_ptr, H, scale,
+    q_ptr, k_ptr, beta_ptr, sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sb_b, sb_t, sb_h, meta_ptr, gc_ptr,
+    akk_ptr, aqk_ptr, tiles_ptr, decay_ptr, H, scale,
     K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, SB: tl.constexpr, ONE_PRODUCT: tl.constexpr,
-    DOT: tl.constexpr,
+    L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr, DOT: tl.constexpr,
 ):
     """Rows t of block I (BC rows from i0 = I*BC) of chunk cid, program_id(0) = cid * (C // BC)
-    + I (a chunk's blocks run side by side and share its staged rows in the L2): Akk
-    (unscaled by beta) and Aqk against every j <= t, and zeros of Aqk above the diagonal.
+    + I (a chunk's blocks run side by side and share its rows in the L2): Akk (unscaled by
+    beta) and Aqk against every j <= t, and zeros of Aqk above the diagonal; the rows' qg, kg
+    and beta k 2^gc (in w's place of `tiles`, the solve's operand), and decay (block 0).
+    Every q and k row is read whole and normalised here (L2NORM).
     Below the diagonal block, a [BC, BC] product for each earlier block J of BC rows (I of
     them: the work grows with the block), with r = gc of row i0 - 1 for all of them
     (j <= i0 - 1 < t): 2^(gc_t - gc_j) = 2^(gc_t - r) 2^(r - gc_j), both factors at most 1.
@@ -152,20 +159,21 @@ def kda_intra_kernel(
     I = tl.program_id(0) % (C // BC)
     h = tl.program_id(1)
     base = cid * H + h
+    bidx, t0, length = _chunk(meta_ptr, cid)
     rows = tl.arange(0, C)
     rb = tl.arange(0, BC)
     ck = tl.arange(0, K)
-    sq_base = staged_ptr + base * (2 * C * K)
     gc_base = gc_ptr + base * (C * K)
     akk_base = akk_ptr + base * (C * C)
     aqk_base = aqk_ptr + base * (C * C)
     i0 = I * BC
     ri = i0 + rb
     # The block's own q, k and gc tiles: the diagonal block, then the earlier rows.
-    blk = ri[:, None] * K + ck[None, :]
-    qI = tl.load(sq_base + blk).to(tl.float32)
-    kI = tl.load(sq_base + C * K + blk).to(tl.float32)
-    gI = tl.load(gc_base + blk)
+    qI = _rows(q_ptr, bidx, t0, h, sq_b, sq_t, sq_h, ri, ri < length, ck)
+    kI = _rows(k_ptr, bidx, t0, h, sk_b, sk_t, sk_h, ri, ri < length, ck)
+    qI = qI * _inv_norm(qI, L2NORM)[:, None]
+    kI = kI * _inv_norm(kI, L2NORM)[:, None]
+    gI = tl.load(gc_base + ri[:, None] * K + ck[None, :])
     # Diagonal block, in sub-blocks of SB rows: a later sub-block meets an earlier one, s, in one
     # [BC, BC] product with r = gc of s's last row (j <= r < t); pairs inside a sub-block take the
     # exact exponents gc_t - gc_j (j <= t), one partner row a step for every sub-block at once.
@@ -192,7 +200,9 @@ def kda_intra_kernel(
         for m in range(SB):
             # Partner row first + m loaded into each row of a [BC, K] tile (the math's layout, so no
             # exchange through shared memory; the repeated addresses hit the L1).
-            kj = tl.load(sq_base + C * K + (i0 + partner + m) * K + ck[None, :]).to(tl.float32)
+            kj = tl.load(k_ptr + bidx * sk_b + (t0 + i0 + partner + m) * sk_t + h * sk_h + ck[None, :],
+                         mask=(i0 + partner + m) < length, other=0.0).to(tl.float32)
+            kj = kj * _inv_norm(kj, L2NORM)[:, None]
             gj = tl.load(gc_base + (i0 + partner + m) * K + ck[None, :])
             e = kj * tl.exp2(tl.where((rb - first >= m)[:, None], gI - gj, float("-inf")))
             col_kk = tl.where(rb - first > m, tl.sum(kI * e, 1), 0.0)
@@ -203,6 +213,16 @@ def kda_intra_kernel(
     off = ri[:, None] * C + i0 + rb[None, :]
     tl.store(akk_base + off, dkk)
     tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
+    # The walk's qg and kg and the solve's beta k 2^gc, row by row (gL: gc of the chunk's last row).
+    beta = _beta(beta_ptr, bidx, t0, h, sb_b, sb_t, sb_h, ri, ri < length, BETA_SIGMOID)
+    g_last = tl.load(gc_base + (C - 1) * K + ck)
+    decayed = tl.exp2(gI)
+    tile = tiles_ptr + base * (3 * C * K) + ri[:, None] * K + ck[None, :]
+    tl.store(tile, (qI * decayed * scale).to(tiles_ptr.dtype.element_ty))
+    tl.store(tile + C * K, (kI * tl.exp2(g_last[None, :] - gI)).to(tiles_ptr.dtype.element_ty))
+    tl.store(tile + 2 * C * K, (kI * beta[:, None] * decayed).to(tiles_ptr.dtype.element_ty))
+    if I == 0:
+        tl.store(decay_ptr + base * K + ck, tl.exp2(g_last))
     # Earlier rows j < i0, a block J of BC rows at a time (none for the first block):
     # Akk[t, j] = sum_c (k_t 2^(gc_t - r))[c] (k_j 2^(r - gc_j))[c] with r = gc of row i0 - 1.
     if I > 0:
@@ -212,8 +232,9 @@ def kda_intra_kernel(
         qa = (qI * ai).to(DOT)
         for J in tl.range(0, I, num_stages=1):
             rj = J * BC + rb
-            earlier = rj[:, None] * K + ck[None, :]
-            kj = tl.load(sq_base + C * K + earlier).to(tl.float32) * tl.exp2(ref[None, :] - tl.load(gc_base + earlier))
+            kj = _rows(k_ptr, bidx, t0, h, sk_b, sk_t, sk_h, rj, rj < length, ck)
+            kj = kj * _inv_norm(kj, L2NORM)[:, None]
+            kj = kj * tl.exp2(ref[None, :] - tl.load(gc_base + rj[:, None] * K + ck[None, :]))
             kj = tl.trans(kj.to(DOT))
             off = ri[:, None] * C + rj[None, :]
             tl.store(akk_base + off, tl.dot(ka, kj))
@@ -224,15 +245,15 @@ def kda_intra_kernel(
 
 @triton.jit
 def kda_solve_kernel(
-    v_ptr, beta_ptr, sv_b, sv_t, sv_h, sb_b, sb_t, sb_h,
-    meta_ptr, staged_ptr, gc_ptr, akk_ptr, tiles_ptr, u_ptr, decay_ptr, H, scale,
+    v_ptr, beta_ptr, sv_b, sv_t, sv_h, sb_b, sb_t, sb_h, meta_ptr, akk_ptr, tiles_ptr, u_ptr, H,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA_SIGMOID: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr,
 ):
     """T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC] blocks, Lo
     below them): Dinv = (I + Ld)^-1 (forward substitution on the [BC/4, BC/4] blocks, then
     merged into [BC, BC] ones by products), N = Dinv Lo (N^4 = 0 for C = 4 BC),
-    T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv. Then w, u, qg, kg and decay by column blocks."""
+    T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv. Then u and w by column blocks, w from intra's
+    beta k 2^gc, which it replaces in `tiles`."""
     SUB: tl.constexpr = BC // 4
     cid = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -240,17 +261,8 @@ def kda_solve_kernel(
     rows = tl.arange(0, C)
     cb = tl.arange(0, BK)
     valid = rows < length
-    tok = t0 + rows
-    v_rows = v_ptr + bidx * sv_b + tok[:, None] * sv_t + h * sv_h
     base = cid * H + h
-    stage = staged_ptr + base * (2 * C * K) + rows[:, None] * K + cb[None, :]
-    gc_base = gc_ptr + base * (C * K)
-    tile = tiles_ptr + base * (3 * C * K) + rows[:, None] * K + cb[None, :]
-
-    beta = tl.load(beta_ptr + bidx * sb_b + tok * sb_t + h * sb_h, mask=valid, other=0.0).to(tl.float32)
-    if BETA_SIGMOID:
-        beta = 1.0 / (1.0 + tl.exp(-beta))
-    beta = tl.where(valid, beta, 0.0)
+    beta = _beta(beta_ptr, bidx, t0, h, sb_b, sb_t, sb_h, rows, valid, BETA_SIGMOID)
 
     cc = tl.arange(0, C)
     same = (rows[:, None] // BC) == (cc[None, :] // BC)
@@ -275,15 +287,11 @@ def kda_solve_kernel(
     nn = tl.dot(dinv, tl.where(same, 0.0, akk))
     tinv = tl.dot(tl.dot(eye - nn, eye + tl.dot(nn, nn)), dinv).to(DOT)
     for vb in tl.static_range(V // BK):
-        v = tl.load(v_rows + vb * BK + cb[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        v = _rows(v_ptr, bidx, t0, h, sv_b, sv_t, sv_h, rows, valid, vb * BK + cb)
         u = tl.dot(tinv, (v * beta[:, None]).to(DOT))
-        tl.store(u_ptr + base * (C * V) + rows[:, None] * V + vb * BK + cb[None, :], u)
+        tl.store(u_ptr + base * (C * V) + rows[:, None] * V + vb * BK + cb[None, :], u.to(u_ptr.dtype.element_ty))
+    # w's place holds intra's beta k 2^gc until w, one column block at a time, replaces it.
+    w_tile = tiles_ptr + base * (3 * C * K) + 2 * C * K + rows[:, None] * K + cb[None, :]
     for kb in tl.static_range(K // BK):
-        gc = tl.load(gc_base + rows[:, None] * K + kb * BK + cb[None, :])
-        k = tl.load(stage + kb * BK + C * K).to(tl.float32)
-        g_last = tl.load(gc_base + (C - 1) * K + kb * BK + cb)
-        w = tl.dot(tinv, (k * beta[:, None] * tl.exp2(gc)).to(DOT))
-        tl.store(tile + kb * BK, (tl.load(stage + kb * BK).to(tl.float32) * tl.exp2(gc) * scale).to(tiles_ptr.dtype.element_ty))
-        tl.store(tile + kb * BK + C * K, (k * tl.exp2(g_last[None, :] - gc)).to(tiles_ptr.dtype.element_ty))
-        tl.store(tile + kb * BK + 2 * C * K, w.to(tiles_ptr.dtype.element_ty))
-        tl.store(decay_ptr + base * K + kb * BK + cb, tl.exp2(g_last))
+        w = tl.dot(tinv, tl.load(w_tile + kb * BK))
+        tl.store(w_tile + kb * BK, w.to(tiles_ptr.dtype.element_ty))

@@ -95,13 +95,15 @@ _K1 = dict(stage=KernelConfig(4), intra=KernelConfig(4), solve=KernelConfig(4))
 # 0.84 to 0.96 of four on every bench.kda row; solve on two warps 1.37x slower. At K = V = 64 intra 616
 # (main) -> 311 us (one warp; 897 with the new loop on four), the forward 0.85 to 0.93 of main's (bench/NOTES.md).
 _K1_SM90 = dict(_K1, intra=KernelConfig(1))
-# At K 128 sm90 caps the stage and the solve at 168 registers a thread, three programs an SM instead of two
-# (they took 255 and 183 to 242): on the H200 the solve 1071 -> 956 us and the stage 447 -> 399 at 1x8192x96,
-# each cap alone 0.96 to 0.98 and 0.98 to 1.00 of the forward's time uncapped on the bench.kda rows from
-# 1x4096x12 on (1.01 and 1.02 at 1x1024x12), outputs bit-identical; a cap of 128 (four programs) made the
-# solve slower (1105), one of 168 on intra's one warp (255 registers, eight programs an SM) intra (1131
-# against 707) (bench/NOTES.md). K 64 (solve 196 to 208 registers) is not measured: no cap there.
-_K1_SM90_K128 = dict(_K1_SM90, stage=KernelConfig(4, maxnreg=168), solve=KernelConfig(4, maxnreg=168))
+# At K 128 sm90 caps the solve at 168 registers a thread, three programs an SM instead of two (183 to 242
+# uncapped): on the H200 the solve 1071 -> 956 us at 1x8192x96, 0.96 to 0.98 of the forward's time uncapped on
+# the bench.kda rows from 1x4096x12 on (1.01 at 1x1024x12), outputs bit-identical; a cap of 128 (four programs)
+# made it slower (1105) (bench/NOTES.md). K 64 (solve about 185 registers) is not measured: no cap there. The
+# stage, which now stages gc alone, took the same time with a cap of 168 as without (0.999 of the forward).
+# intra on two warps at K 128, since it also writes qg, kg and beta k 2^gc (one warp: 255 registers and a stack
+# of 1128 bytes): intra 1333 -> 724 us at 1x8192x96 on the H200, the forward 0.78 to 0.93 of one warp's time on
+# four bench.kda rows (bench/NOTES.md).
+_K1_SM90_K128 = dict(_K1_SM90, intra=KernelConfig(2), solve=KernelConfig(4, maxnreg=168))
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
            128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
 
@@ -111,23 +113,15 @@ _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4),
 _AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
         128: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
 
-_SM90_INTRA = ("one warp holds intra's [16, K] q, k and gc tiles and their products: at K 128, 255 registers and "
-               "a stack of 160 bytes (exact halves of the diagonal block) to 704 (one product, a gate bounded "
-               "below; triton 3.9); 710 us at 1x8192x96 on the H200 against 858 on two warps (336 bytes) and "
-               "1281 on four (8 bytes), the exact halves on two warps 1107 (bench/NOTES.md)")
-_SM90_STAGE = ("the stage on 128 columns (a K 128 head in one block) holds the [64, 128] q, k and g tiles with the "
-               "L2 norm's row sums: 255 registers and a 32 to 48-byte stack at K 128 (triton 3.9; on 64 columns 168 "
-               "registers and none); stage 498 -> 443 us at 1x8192x96 on the H200 with it, and 443 -> 399 capped at "
-               "168 registers, three programs an SM (bench/NOTES.md)")
-_SM90_SOLVE = ("at K 128 the solve capped at 168 registers (three programs an SM; 183 to 242 uncapped, two) keeps "
-               "T and a column block's operands in a stack of about 150 bytes; 1071 -> 956 us at 1x8192x96 on the "
-               "H200 (bench/NOTES.md)")
+_SM90_INTRA = ("intra's [16, K] q, k and gc tiles, their products and the rows' qg, kg and beta k 2^gc: at K 128 on "
+               "two warps, 255 registers and a stack of 352 to 376 bytes with one product (a gate bounded below; "
+               "none with the exact halves; triton 3.9); on one warp 1128 bytes, and intra 1333 against 724 us at "
+               "1x8192x96 on the H200 (bench/NOTES.md)")
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA, "kda_stage_kernel": _SM90_STAGE,
-                                            "kda_solve_kernel": _SM90_SOLVE}),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
