@@ -15,8 +15,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
-from kernels.kda import api  # noqa: E402
+from kernels.kda import api, prepare  # noqa: E402
 from kernels.kda.api import flash_kda_fwd  # noqa: E402
 from kernels.kda.plan import MAX_SEGMENT_CHUNKS, chunks_per_segment  # noqa: E402
 from reference.kda import naive_kda  # noqa: E402
@@ -117,6 +119,26 @@ def test_diagonal_product_only_where_the_gate_bounds_its_factors():
     assert diagonal_product(-5.0, 16) and diagonal_product(-5.54, 16) and not diagonal_product(-5.55, 16)
     assert diagonal_product(-11.0, 8) and not diagonal_product(-12.0, 8)
     assert not diagonal_product(None, 16)
+
+
+@triton.jit
+def _inverse(l_ptr, out_ptr, BC: tl.constexpr):
+    rb = tl.arange(0, BC)
+    at = rb[:, None] * BC + rb[None, :]
+    tl.store(out_ptr + at, prepare._unit_lower_inverse(tl.load(l_ptr + at), rb, BC, "ieee"))
+
+
+def test_the_diagonal_blocks_inverse_is_the_inverse():
+    # intra hands the solve Dinv = (I + L)^-1 of each diagonal [16, 16] block (kernels.kda.prepare
+    # ._unit_lower_inverse): substitution inside the [4, 4] blocks, then (I - M)(I + M^2) D; every term
+    # counts where the rows are correlated (M^2 and M^3 far from 0)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(16, 8, generator=gen, dtype=torch.float64)
+    lower = (0.6 * (x @ x.T) / 8).tril(-1)
+    out = torch.full((16, 16), float("nan"), device=DEVICE)
+    _inverse[(1,)](lower.float().to(DEVICE), out, BC=16)
+    want = torch.linalg.inv(torch.eye(16, dtype=torch.float64) + lower)
+    assert (out.double().cpu() - want).abs().max().item() < 1e-5 * want.abs().max().item()
 
 
 def test_launch_table_refuses_what_its_kernels_cannot_run():

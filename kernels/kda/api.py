@@ -456,12 +456,12 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             float(scale)),
             dict(K=dim_k, C=CHUNK, BC=sub, SB=configs.exact_rows,
                  ONE_PRODUCT=_plan.diagonal_product(lower if gate == "lower_bound" else None, sub),
-                 L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, DOT=dot_tl),
+                 L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, PRECISION=table.solve_precision, DOT=dot_tl),
             configs.intra.options)
         solve = _launch.Bound(_prepare.kda_solve_kernel, (nc, heads), (
             S, S, *v.stride()[:3], *beta.stride()[:3], chunk_meta, S, S, S, heads),
             dict(K=dim_k, V=dim_v, C=CHUNK, BC=sub, BK=min(configs.columns, dim_k, dim_v),
-                 BETA_SIGMOID=beta_sigmoid, PRECISION=table.solve_precision, DOT=dot_tl),
+                 BETA_SIGMOID=beta_sigmoid, DOT=dot_tl),
             configs.solve.options)
 
     out_args = (S, *o_strides[:3], chunk_meta, unit_meta, S, S, S, S)

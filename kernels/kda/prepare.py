@@ -19,9 +19,10 @@ U = u - w S, o = qg S + Aqk U, S <- decay * S + kg^T U.
 The three kernels hand over through the workspace, in launch order:
   kda_stage_kernel  (chunk, head):            the gate and gc; stages gc
   kda_intra_kernel  (chunk x row block, head): the L2 norm of its rows; Akk and Aqk of BC
-                                               rows t against every j <= t; the rows' qg, kg,
+                                               rows t against every j <= t, and the inverse
+                                               of the diagonal block; the rows' qg, kg,
                                                beta k 2^gc, and decay
-  kda_solve_kernel  (chunk, head):            T, then u and w
+  kda_solve_kernel  (chunk, head):            T from the blocks, then u and w
 Each holds only its own phase, so it needs fewer registers and less code than one
 kernel doing all three would, and more programs fit on a multiprocessor at once. q and
 k are read from the inputs once, by intra, which holds whole rows (their norms) and
@@ -44,7 +45,7 @@ GPU, fp32 in the interpreter) and accumulates in fp32; u is stored in the DOT dt
 
 Workspace (contiguous, index (chunk * H + head)):
   gates   [NC, H, C, K]    fp32  gc
-  akk     [NC, H, C, C]    fp32  sum_c k_t k_j 2^(gc_t - gc_j) below the diagonal
+  akk     [NC, H, C, C]    fp32  beta_t Akk[t, j] below the diagonal blocks, Dinv in them
   tiles   [NC, H, 3, C, K] DOT   qg, kg, w (beta k 2^gc from intra until the solve)
   u       [NC, H, C, V]    DOT
   aqk     [NC, H, C, C]    DOT   (zero above the diagonal)
@@ -116,6 +117,27 @@ def _inv_norm(x, L2NORM: tl.constexpr):
 
 
 @triton.jit
+def _unit_lower_inverse(lkk, rb, BC: tl.constexpr, PRECISION: tl.constexpr):
+    """(I + L)^-1 of the strictly lower [BC, BC] block L = lkk (BC = 4 SUB): forward substitution on
+    its [SUB, SUB] diagonal blocks gives D = (I + L4)^-1; with L4o the part of L below them,
+    M = D L4o (M^4 = 0) and (I + L)^-1 = (I + M)^-1 D = (I - M)(I + M^2) D, in products at the
+    arch's PRECISION (tf32 or fp32)."""
+    SUB: tl.constexpr = BC // 4
+    quad = (rb[:, None] // SUB) == (rb[None, :] // SUB)
+    a = tl.where(quad, -lkk, 0.0)
+    for i in range(1, SUB):
+        pick = (rb % SUB) == i
+        ai = tl.sum(tl.where(pick[:, None], a, 0.0), 0)
+        ai = ai + tl.sum(ai[:, None] * a, 0)
+        a = tl.where(pick[:, None] & quad, ai[None, :], a)
+    eye = tl.where(rb[:, None] == rb[None, :], 1.0, 0.0)
+    quad_inv = a + eye
+    m = tl.dot(quad_inv, tl.where(quad, 0.0, lkk), input_precision=PRECISION)
+    return tl.dot(tl.dot(eye - m, eye + tl.dot(m, m, input_precision=PRECISION), input_precision=PRECISION),
+                  quad_inv, input_precision=PRECISION)
+
+
+@triton.jit
 def kda_stage_kernel(
     g_ptr, alog_ptr, dtb_ptr, sg_b, sg_t, sg_h, meta_ptr, gc_ptr, H, lower_bound,
     K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr,
@@ -141,12 +163,14 @@ def kda_intra_kernel(
     q_ptr, k_ptr, beta_ptr, sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sb_b, sb_t, sb_h, meta_ptr, gc_ptr,
     akk_ptr, aqk_ptr, tiles_ptr, decay_ptr, H, scale,
     K: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, SB: tl.constexpr, ONE_PRODUCT: tl.constexpr,
-    L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr, DOT: tl.constexpr,
+    L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr,
 ):
     """Rows t of block I (BC rows from i0 = I*BC) of chunk cid, program_id(0) = cid * (C // BC)
-    + I (a chunk's blocks run side by side and share its rows in the L2): Akk (unscaled by
-    beta) and Aqk against every j <= t, and zeros of Aqk above the diagonal; the rows' qg, kg
-    and beta k 2^gc (in w's place of `tiles`, the solve's operand), and decay (block 0).
+    + I (a chunk's blocks run side by side and share its rows in the L2): Aqk against every
+    j <= t and zeros above the diagonal; beta_t Akk[t, j] for j below the diagonal block, and
+    in its place Dinv = (I + beta Akk)^-1 of the diagonal block (_unit_lower_inverse); the
+    rows' qg, kg and beta k 2^gc (in w's place of `tiles`, the solve's operand), and decay
+    (block 0).
     Every q and k row is read whole and normalised here (L2NORM).
     Below the diagonal block, a [BC, BC] product for each earlier block J of BC rows (I of
     them: the work grows with the block), with r = gc of row i0 - 1 for all of them
@@ -210,11 +234,11 @@ def kda_intra_kernel(
             at = rb[None, :] == (first + m)[:, None]
             dkk = tl.where(at, col_kk[:, None], dkk)
             dqk = tl.where(at, col_qk[:, None], dqk)
+    beta = _beta(beta_ptr, bidx, t0, h, sb_b, sb_t, sb_h, ri, ri < length, BETA_SIGMOID)
     off = ri[:, None] * C + i0 + rb[None, :]
-    tl.store(akk_base + off, dkk)
+    tl.store(akk_base + off, _unit_lower_inverse(dkk * beta[:, None], rb, BC, PRECISION))
     tl.store(aqk_base + off, (dqk * scale).to(aqk_ptr.dtype.element_ty))
     # The walk's qg and kg and the solve's beta k 2^gc, row by row (gL: gc of the chunk's last row).
-    beta = _beta(beta_ptr, bidx, t0, h, sb_b, sb_t, sb_h, ri, ri < length, BETA_SIGMOID)
     g_last = tl.load(gc_base + (C - 1) * K + ck)
     decayed = tl.exp2(gI)
     tile = tiles_ptr + base * (3 * C * K) + ri[:, None] * K + ck[None, :]
@@ -237,7 +261,7 @@ def kda_intra_kernel(
             kj = kj * tl.exp2(ref[None, :] - tl.load(gc_base + rj[:, None] * K + ck[None, :]))
             kj = tl.trans(kj.to(DOT))
             off = ri[:, None] * C + rj[None, :]
-            tl.store(akk_base + off, tl.dot(ka, kj))
+            tl.store(akk_base + off, tl.dot(ka, kj) * beta[:, None])
             tl.store(aqk_base + off, (tl.dot(qa, kj) * scale).to(aqk_ptr.dtype.element_ty))
     off = ri[:, None] * C + rows[None, :]  # Aqk above the diagonal block
     tl.store(aqk_base + off, tl.zeros([BC, C], dtype=aqk_ptr.dtype.element_ty), mask=(rows >= i0 + BC)[None, :])
@@ -247,14 +271,12 @@ def kda_intra_kernel(
 def kda_solve_kernel(
     v_ptr, beta_ptr, sv_b, sv_t, sv_h, sb_b, sb_t, sb_h, meta_ptr, akk_ptr, tiles_ptr, u_ptr, H,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-    BETA_SIGMOID: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr,
+    BETA_SIGMOID: tl.constexpr, DOT: tl.constexpr,
 ):
-    """T = (I + Akk)^-1. With Akk = Ld + Lo (Ld inside the diagonal [BC, BC] blocks, Lo
-    below them): Dinv = (I + Ld)^-1 (forward substitution on the [BC/4, BC/4] blocks, then
-    merged into [BC, BC] ones by products), N = Dinv Lo (N^4 = 0 for C = 4 BC),
-    T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv. Then u and w by column blocks, w from intra's
-    beta k 2^gc, which it replaces in `tiles`."""
-    SUB: tl.constexpr = BC // 4
+    """T = (I + beta Akk)^-1. With beta Akk = Ld + Lo (Ld inside the diagonal [BC, BC] blocks, Lo
+    below them), intra leaves Dinv = (I + Ld)^-1 in the diagonal blocks of `akk` and Lo below
+    them: N = Dinv Lo (N^4 = 0 for C = 4 BC), T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv.
+    Then u and w by column blocks, w from intra's beta k 2^gc, which it replaces in `tiles`."""
     cid = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     bidx, t0, length = _chunk(meta_ptr, cid)
@@ -266,24 +288,10 @@ def kda_solve_kernel(
 
     cc = tl.arange(0, C)
     same = (rows[:, None] // BC) == (cc[None, :] // BC)
-    akk = tl.load(akk_ptr + base * (C * C) + rows[:, None] * C + cc[None, :], mask=rows[:, None] > cc[None, :],
-                  other=0.0)
-    akk = akk * beta[:, None]
-    quad = (rows[:, None] // SUB) == (cc[None, :] // SUB)
-    a = tl.where(quad, -akk, 0.0)
-    for i in range(1, SUB):
-        pick = (rows % SUB) == i
-        ai = tl.sum(tl.where(pick[:, None], a, 0.0), 0)
-        ai = ai + tl.sum(ai[:, None] * a, 0)
-        a = tl.where(pick[:, None] & quad, ai[None, :], a)
+    akk = tl.load(akk_ptr + base * (C * C) + rows[:, None] * C + cc[None, :],
+                  mask=(rows[:, None] // BC) >= (cc[None, :] // BC), other=0.0)
+    dinv = tl.where(same, akk, 0.0)
     eye = tl.where(rows[:, None] == cc[None, :], 1.0, 0.0)
-    # Inside each [BC, BC] block the same merge one level down: D = (I + L4)^-1 of its [SUB, SUB]
-    # blocks (a + eye), M = D L4o (L4o: the block's part below them; M^4 = 0 for BC = 4 SUB),
-    # Dinv = (I + M)^-1 D = (I - M)(I + M^2) D, in products at the arch's PRECISION (tf32 or fp32).
-    quad_inv = a + eye
-    m = tl.dot(quad_inv, tl.where(same & ~quad, akk, 0.0), input_precision=PRECISION)
-    dinv = tl.dot(tl.dot(eye - m, eye + tl.dot(m, m, input_precision=PRECISION), input_precision=PRECISION),
-                  quad_inv, input_precision=PRECISION)
     nn = tl.dot(dinv, tl.where(same, 0.0, akk))
     tinv = tl.dot(tl.dot(eye - nn, eye + tl.dot(nn, nn)), dinv).to(DOT)
     for vb in tl.static_range(V // BK):

@@ -5,9 +5,9 @@ For each head size K a row gives the warps, the software-pipelining stages
 kernels (stage, intra, solve), of the chunk walk (which pass A, the transition
 kernel, shares) and of pass B (the scan). For the arch: the input precision of
 pass B's fp32 product M S_in, which must stay about fp32 (NVIDIA: 'tf32x3';
-AMD's backend has no tf32x3, and 'ieee' is exact fp32), that of the solve
-kernel's merges inside the diagonal blocks of T (NVIDIA 'tf32': T goes to bf16
-operands next, and tf32x3 there took the solve from 1069 to 1367 us at
+AMD's backend has no tf32x3, and 'ieee' is exact fp32), that of the merges
+that invert the diagonal blocks of T (in intra; NVIDIA 'tf32': T goes to bf16
+operands next, and tf32x3 there took the solve, which held them, from 1069 to 1367 us at
 1x8192x96 on the H200, the forward 1.07x to 1.09x on every bench.kda row; AMD
 'ieee'), and, for a kernel whose every config tried on that arch spills, why
 (a compile report counts those spills as known). `config(arch, K)` picks the
@@ -68,7 +68,7 @@ class KdaConfig:
 @dataclass(frozen=True)
 class ArchTuning:
     """rows: {K: KdaConfig}; scan_precision: tl.dot input precision of pass B; solve_precision:
-    that of the solve kernel's products inside the diagonal [16, 16] blocks of T;
+    that of the products that invert the diagonal [16, 16] blocks of T (intra's);
     spills: {kernel name: why it spills on this arch}."""
 
     rows: dict
@@ -98,11 +98,13 @@ _K1_SM90 = dict(_K1, intra=KernelConfig(1))
 # At K 128 sm90 caps the solve at 168 registers a thread, three programs an SM instead of two (183 to 242
 # uncapped): on the H200 the solve 1071 -> 956 us at 1x8192x96, 0.96 to 0.98 of the forward's time uncapped on
 # the bench.kda rows from 1x4096x12 on (1.01 at 1x1024x12), outputs bit-identical; a cap of 128 (four programs)
-# made it slower (1105) (bench/NOTES.md). K 64 (solve about 185 registers) is not measured: no cap there. The
+# made it slower (1105) (bench/NOTES.md); with the diagonal blocks' inverse moved to intra it takes 127 to 165
+# registers, under the cap (K 64: 123, no cap there). The
 # stage, which now stages gc alone, took the same time with a cap of 168 as without (0.999 of the forward).
 # intra on two warps at K 128, since it also writes qg, kg and beta k 2^gc (one warp: 255 registers and a stack
 # of 1128 bytes): intra 1333 -> 724 us at 1x8192x96 on the H200, the forward 0.78 to 0.93 of one warp's time on
-# four bench.kda rows (bench/NOTES.md).
+# four bench.kda rows; with the diagonal blocks' inverse moved in from the solve, intra 850 and the solve 404
+# (bench/NOTES.md).
 _K1_SM90_K128 = dict(_K1_SM90, intra=KernelConfig(2), solve=KernelConfig(4, maxnreg=168))
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
            128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
@@ -113,10 +115,11 @@ _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4),
 _AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
         128: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
 
-_SM90_INTRA = ("intra's [16, K] q, k and gc tiles, their products and the rows' qg, kg and beta k 2^gc: at K 128 on "
-               "two warps, 255 registers and a stack of 352 to 376 bytes with one product (a gate bounded below; "
-               "none with the exact halves; triton 3.9); on one warp 1128 bytes, and intra 1333 against 724 us at "
-               "1x8192x96 on the H200 (bench/NOTES.md)")
+_SM90_INTRA = ("intra's [16, K] q, k and gc tiles, their products, the diagonal block's inverse and the rows' qg, "
+               "kg and beta k 2^gc: at K 128 on two warps, 255 registers and a stack of 320 to 360 bytes with one "
+               "product (a gate bounded below; none with the exact halves; triton 3.9); on one warp 1128 bytes "
+               "(before the inverse), and intra 1333 against 724 us at 1x8192x96 on the H200 (bench/NOTES.md)")
+
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
