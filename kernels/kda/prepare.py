@@ -25,7 +25,7 @@ The three kernels hand over through the workspace, in launch order:
   kda_solve_kernel  (chunk, head):            T from the blocks, then u and w
 Each holds only its own phase, so it needs fewer registers and less code than one
 kernel doing all three would, and more programs fit on a multiprocessor at once. q and
-k are read from the inputs once, by intra, which holds whole rows (their norms) and
+k are read from the inputs by intra alone, which holds whole rows (their norms) and
 their gates: every tile that is a function of a row alone comes from it, and the solve
 reads only what T multiplies.
 
@@ -39,8 +39,8 @@ row's gate (factors within 2^(+-64); pairs j > t, which may reach inf, are dropp
 The solve runs over column blocks (the stage over its own width; intra takes whole rows).
 
 Precision: inputs are upcast to fp32 on load; the gate, cumsum and L2 norm are fp32; the
-exact diagonal steps and the substitution are fp32; T's merges take fp32 operands at the
-arch's solve precision (tf32 on NVIDIA); every other tl.dot takes DOT operands (bf16 on a
+exact diagonal steps and the substitution are fp32; the merges inverting T's diagonal
+blocks (intra) take fp32 operands at the arch's solve precision (tf32 on NVIDIA); every other tl.dot takes DOT operands (bf16 on a
 GPU, fp32 in the interpreter) and accumulates in fp32; u is stored in the DOT dtype.
 
 Workspace (contiguous, index (chunk * H + head)):
