@@ -75,7 +75,8 @@ def _chunk_tiles(tiles_ptr, u_ptr, aqk_ptr, decay_ptr, cid, h, H, u_col,
     kg = tl.load(tile + C * K)
     w = tl.load(tile + 2 * C * K)
     ucols = u_col + tl.arange(0, BV)
-    u = tl.load(u_ptr + wsc * (C * V) + rc[:, None] * V + ucols[None, :], mask=(ucols >= 0)[None, :], other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + wsc * (C * V) + rc[:, None] * V + ucols[None, :], mask=(ucols >= 0)[None, :],
+                other=0.0).to(tl.float32)
     aqk = tl.load(aqk_ptr + wsc * (C * C) + rc[:, None] * C + rc[None, :])
     decay = tl.load(decay_ptr + wsc * K + rk)
     return qg, kg, w, u, aqk, decay
