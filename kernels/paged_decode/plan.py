@@ -22,7 +22,7 @@ attends. The split spreads that walk over partitions when it pays:
   tile's rows that can exist, takes the arch table's `merge_dims` dims a pass and
   loads partitions of at most `merge_block` elements a warp a step (or takes them through
   shared memory where that would take at least the launch config's `staged_fold` steps);
-- a split launch asks for the arch table's `split_waves_per_eu`, where it has one
+- a split launch asks for its launch config's `split_waves_per_eu`, where it has one
   (AMD: the waves per SIMD the compiler leaves room for);
 - the query split (MTP, any mode): a kv head's G * Q rows run as tiles of at
   most `tile_rows(D)` rows; when even so the sequences' programs would leave
@@ -175,8 +175,8 @@ def plan_decode(*, num_seqs: int, num_kv_heads: int, max_seq_len: int, num_queri
     # partitions a fold step loads: a power of two, within the table's block, no more than there are
     fits = max(1, table.merge_block * launch.num_warps // (fold_rows * dims))
     unroll = min(pow2_at_least(n_part), 1 << (fits.bit_length() - 1))
-    if table.split_waves_per_eu is not None:
-        launch = dataclasses.replace(launch, waves_per_eu=table.split_waves_per_eu)
+    if launch.split_waves_per_eu is not None:
+        launch = dataclasses.replace(launch, waves_per_eu=launch.split_waves_per_eu)
     staged = launch.staged_fold is not None and _cdiv(n_part, unroll) >= launch.staged_fold
     return DecodePlan(split=True, n_part=n_part, part_size=part, p2=pow2_at_least(n_part), m_pad=m_pad,
                       row_tiles=tiles, launch=launch, merge_rows=fold_rows, merge_dims=dims, merge_unroll=unroll,

@@ -54,10 +54,10 @@ eight warps instead took 210 and spilled 12 SGPRs). Four warps took
 266 to 290 VGPRs on gfx950 (8 rows of D 192 fp8; 64 rows of D 256) and 599 to
 632 on gfx1250 (64 rows): eight warps take 188 to 216 and 440 to 442.
 waves_per_eu=2 is not set on the rows: it made the compiler spill
-specializations that fit 256 VGPRs without it. gfx1250's split launches alone
-ask for it (`split_waves_per_eu`: the fold behind the arrival counter's ticket
-took one wave there). Heads of 512 and 1024 dims run as dim slices on every
-arch (the note above `_SLICED`).
+specializations that fit 256 VGPRs without it. Only gfx1250's split launches
+ask for it, on its rows up to D 512 (`split_waves_per_eu`: the fold behind the
+arrival counter's ticket took one wave there). Heads of 512 and 1024 dims run
+as dim slices on every arch (the note above `_SLICED`).
 """
 
 from dataclasses import dataclass, replace
@@ -85,7 +85,8 @@ class LaunchConfig:
     the Triton kernel elsewhere; staged_fold (a Gluon table's row): a split's fold brings its partials
     into shared memory by cp.async, several groups of partitions in flight (gluon_partition.fold_staged),
     where loading `merge_block` elements a warp a step into registers would take at least this many
-    steps (None: never)."""
+    steps (None: never); split_waves_per_eu (AMD): the waves per SIMD a split launch of the row asks
+    the compiler to leave room for, whatever `waves_per_eu` says (None: the row's)."""
 
     max_head_dim: int
     block_n: int
@@ -106,6 +107,7 @@ class LaunchConfig:
     max_heads: float = float("inf")
     picked: bool = False
     staged_fold: int | None = None
+    split_waves_per_eu: int | None = None
 
     def fits(self, head_dim: int, rows: int, elem: int, work: int, programs: float = float("inf"),
              heads: float = 0.0) -> bool:
@@ -130,8 +132,7 @@ class ArchTuning:
     the last partition program of a row tile, kernels.paged_decode.reduce): merge_dims, the
     dims a pass takes (a power of two; the head's width where it is narrower), and
     merge_block, the most elements a warp loads a step (partitions x rows x dims: the
-    partitions a step loads together); split_waves_per_eu (AMD): the waves per SIMD a split launch
-    asks the compiler to leave room for, whatever its row says (None: the row's)."""
+    partitions a step loads together)."""
 
     rows: tuple
     split: bool
@@ -142,7 +143,6 @@ class ArchTuning:
     # (168) holds them with the running accumulator.
     merge_dims: int = 128
     merge_block: int = 2048
-    split_waves_per_eu: int | None = None
 
 
 _SM90_SPILLS = ("chosen by time on the H200 (bench/NOTES.md) with the spills they have: 255 registers a thread and "
@@ -199,18 +199,18 @@ _SM90_SLICED = ("chosen by time on the H200 with the stack it takes: 253 to 255 
                 "it replaced, which spilled as well (a 320 to 424 byte stack at D 1024)")
 # gfx1250 (compile only): a split's partition program, whose fold runs behind the arrival counter's ticket,
 # took 766 to 857 VGPRs (one wave a SIMD) where the same specialization without a store that depends on
-# the ticket took 352; asked for 2 waves, the compiler fits it in 2 (bench/NOTES.md).
+# the ticket took 352; asked for 2 waves, the compiler fits it in 2 (bench/NOTES.md). Its rows up to D 512
+# ask for them (LaunchConfig.split_waves_per_eu); the GPU tier's 67 D 512 splits take 2 waves and no spill
+# (256 to 435 VGPRs). D 1024 does not ask: at two waves one of its splits spilled (128-dim slices, e4m3fnuz
+# decoded from its bits, MTP 4 with GQA 16, the GPU tier's `...-d1024-w0-L64_22-q4-plain-flat-cu1-split`:
+# 512 VGPRs, 3 spilled, 112 bytes of scratch used); without the ask the GPU tier's 63 D 1024 splits take
+# 445 to 854 VGPRs, no spill, 44 of them two waves and 19 one (`quantfloor compile --tier gpu --target
+# gfx1250 -k "d1024 split"`). Heads past 256 dims need no second wave (84 and 83 of gfx942's and gfx950's
+# 124 and 125 D 1024 specializations take one). Also measured on the spilling split: eight warps, 40
+# spilled; 64-dim fold passes (merge_dims), 7; 64-dim slices, 465 VGPRs and no spill at two waves, but
+# every slice scores the whole head, so each key's 1024 bytes are read 16 times a head instead of 8.
+# Compile only, not timed.
 _GFX1250_SPLIT_WAVES = 2
-# ... and one such split spills at two waves: D 1024 in 128-dim slices, e4m3fnuz decoded from its bits, MTP 4
-# with GQA 16 (the GPU tier's `...-d1024-w0-L64_22-q4-plain-flat-cu1-split`): 512 VGPRs, 3 spilled, 112 bytes of
-# scratch used. Measured instead (`quantfloor compile --tier gpu --target gfx1250 -k CASE`): no two-wave ask,
-# 849 VGPRs and one wave, no spill (and 7 of the CPU tier's 19 D 512 and 1024 splits then fall to one wave
-# too); eight warps, 40 spilled; 64-dim fold passes (merge_dims), 7; 64-dim slices, 465 VGPRs and no spill,
-# but every slice scores the whole head, so each key's 1024 bytes are read 16 times a head instead of 8.
-_GFX1250_SLICED_SPILLS = ("a split of D 1024 in 128-dim slices with e4m3fnuz decoded from its bits and 16-row tiles "
-                          "(MTP 4, GQA 16): 512 VGPRs at the two waves gfx1250's splits ask for, 3 spilled; one wave "
-                          "without the ask, or 64-dim slices that read the keys twice as often, measured (the note "
-                          "above _GFX1250_SPLIT_WAVES); compile only, not timed")
 TABLES = {
     "sm90": ArchTuning(rows=(LaunchConfig(128, 32, 1, _FP8_ONE_WARP_STAGES, maxnreg=168, max_rows=8, max_elem=1,
                                           min_work=_FULL, keys_m=True, programs_per_cu=12, min_programs=_ONE_PASS,
@@ -238,9 +238,11 @@ TABLES = {
     "gfx950": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 8, 2),
                                _SLICED),
                          split=True, programs_per_cu=2),
-    "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16), LaunchConfig(256, 16, 4, 2, max_rows=16),
-                                LaunchConfig(256, 16, 8, 2), replace(_SLICED, spills=_GFX1250_SLICED_SPILLS)),
-                          split=False, programs_per_cu=2, split_waves_per_eu=_GFX1250_SPLIT_WAVES),
+    "gfx1250": ArchTuning(rows=(LaunchConfig(128, 32, 4, 2, max_rows=16, split_waves_per_eu=_GFX1250_SPLIT_WAVES),
+                                LaunchConfig(256, 16, 4, 2, max_rows=16, split_waves_per_eu=_GFX1250_SPLIT_WAVES),
+                                LaunchConfig(256, 16, 8, 2, split_waves_per_eu=_GFX1250_SPLIT_WAVES),
+                                replace(_SLICED, max_head_dim=512, split_waves_per_eu=_GFX1250_SPLIT_WAVES), _SLICED),
+                          split=False, programs_per_cu=2),
     # the interpreter pays per step: the fold takes whole heads there, one or two partitions a step (two
     # for heads up to 64 dims, so the CPU tier checks a step's masked partitions); D 1024 runs as two
     # slices, so the CPU tier checks the sliced code (its D 1024 cases took 103 s whole, 190 s as four)
