@@ -152,6 +152,16 @@ def test_launch_table_refuses_what_its_kernels_cannot_run():
         dataclasses.replace(row, exact_rows=3)
 
 
+def test_known_kda_spills_name_kernels_that_exist():
+    # a spill reason is found by the kernel's name (verify.adapters.known_spill): a misspelt key would
+    # name nothing, and the spills it means would be reported as new
+    from kernels.kda import chunk, tuning
+    kernels = {name for module in (prepare, chunk) for name, fn in vars(module).items()
+               if isinstance(fn, triton.runtime.jit.KernelInterface)}
+    named = {name for table in tuning.TABLES.values() for name in table.spills}
+    assert {"kda_intra_kernel", "kda_scan_kernel"} <= named <= kernels
+
+
 def test_head_dim_128_batched():
     q, k, v, g, beta = make_inputs(2, 70, 1, K=128, V=128, seed=5)
     o, fin = flash_kda_fwd(q, k, v, g, beta, output_final_state=True, out=nan_out(2, 70, 1, 128))

@@ -120,11 +120,15 @@ _SM90_INTRA = ("intra's [16, K] q, k and gc tiles, their products, the diagonal 
                "product (a gate bounded below; none with the exact halves; triton 3.9); on one warp 1128 bytes "
                "(before the inverse), and intra 1333 against 724 us at 1x8192x96 on the H200 (bench/NOTES.md)")
 
+_SM90_SCAN = ("pass B at K 128 holds M [K, K] and the state's [K, 64] block with M S_in at tf32x3: with triton 3.6 "
+              "(the H200's) 255 registers and a stack of 184 to 200 bytes on eight warps, 1024 on four, 472 on sixteen "
+              "(128 registers); with triton 3.9 none on eight warps (bench/NOTES.md)")
+
 TABLES = {
     "gfx942": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx950": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
     "gfx1250": ArchTuning(rows=_AMD, scan_precision="ieee", solve_precision="ieee"),
-    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA}),
+    "sm90": ArchTuning(rows=_NVIDIA, spills={"kda_intra_kernel": _SM90_INTRA, "kda_scan_kernel": _SM90_SCAN}),
 }
 DEFAULT = ArchTuning(rows=_NVIDIA)
 
