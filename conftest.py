@@ -26,9 +26,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     tier = config.getoption("--tier") or _device.default_tier()
-    config.quantfloor_tier = _device.check_tier(tier)
     from verify import impls, runner
     try:
+        config.quantfloor_tier = _device.check_tier(tier)
         runner.use(impls.select(config.getoption("--impl")))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -8,7 +8,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy
 import pytest
+import triton
 
 from cases import decode as decode_cases
 from verify import cli, junit, mutants, parallel, plots, report, runner
@@ -84,6 +86,25 @@ def test_the_gpu_tier_is_listed_anywhere_and_judged_only_with_a_gpu(capsys, devi
     if device.type == "cpu":
         assert cli.main(["run", "--tier", "gpu", "-k", "hugelogit d256"]) == 2
         assert "tier: 'gpu' needs a GPU" in capsys.readouterr().err
+
+
+def test_an_interpreter_that_cannot_run_the_kernels_is_refused_by_name(capsys, device, monkeypatch):
+    # triton 3.6's interpreter with numpy 2.4: every case failed with "only 0-dimensional arrays can
+    # be converted to Python scalars"; the run now stops first and says which versions would do
+    assert _device.interpreter_problem("3.6.0", "2.4.6").endswith("expected triton>=3.7 or numpy<2.4")
+    assert _device.interpreter_problem("3.7.0", "2.4.6") == ""
+    assert _device.interpreter_problem("3.6.0", "2.3.5") == ""
+    assert _device.interpreter_problem("3.10.0+git5f2e", "10.0") == ""
+    if device.type != "cpu":
+        return
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(numpy, "__version__", "2.4.6")
+    refused = "quantfloor: Triton's interpreter in triton 3.6.0 cannot run the kernels with numpy 2.4.6"
+    assert cli.main(["cases", "--tier", "cpu", "-k", CASE]) == 0  # a listing runs no kernel
+    case_id = capsys.readouterr().out.split()[-1]
+    for command in (["run", "--tier", "cpu", "-k", CASE], ["repro", case_id], ["shrink", case_id]):
+        assert cli.main(command) == 2
+        assert capsys.readouterr().err.startswith(refused)
 
 
 def test_mutants_prints_the_kill_matrix(capsys):

@@ -203,6 +203,7 @@ def cmd_cases(args) -> int:
 
 
 def cmd_repro(args) -> int:
+    _device.check_interpreter()
     chosen, before = impls.select(args.impl), runner.implementations()
     job = runner.job_for_id(args.case_id)
     started = time.perf_counter()
@@ -230,6 +231,7 @@ def _ratio(verdict) -> str:
 
 
 def cmd_shrink(args) -> int:
+    _device.check_interpreter()
     started = time.perf_counter()
     shown = []
 

@@ -8,6 +8,7 @@ conftest) calls `setup()` first.
 
 import hashlib
 import os
+import re
 
 import torch
 
@@ -29,13 +30,45 @@ def default_tier() -> str:
     return "gpu" if has_gpu() else "cpu"
 
 
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string ('3.6.0', '2.4.6', '3.7.0+git1a2b')."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def interpreter_problem(triton_version: str, numpy_version: str) -> str:
+    """Why Triton's CPU interpreter of `triton_version` cannot run the kernels beside numpy
+    `numpy_version`, or '' where it can. Before triton 3.7 the interpreter makes an int of a
+    loop bound read from memory (a one-element array) with int(array), which numpy refuses
+    from 2.4 on: every kernel with such a loop (the decode's key walk, KDA's) would fail."""
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (f"Triton's interpreter in triton {triton_version} cannot run the kernels with numpy "
+                f"{numpy_version} (it takes int() of one-element arrays, which numpy refuses from 2.4): "
+                "expected triton>=3.7 or numpy<2.4")
+    return ""
+
+
+def check_interpreter() -> None:
+    """Where kernels run in Triton's interpreter (no GPU), raise a ValueError if it cannot run
+    them with the numpy installed (interpreter_problem)."""
+    if not has_gpu():
+        import numpy
+        import triton  # after setup(): the interpreter is chosen before Triton's first import
+        problem = interpreter_problem(triton.__version__, numpy.__version__)
+        if problem:
+            raise ValueError(problem)
+
+
 def check_tier(tier: str, *, judged: bool = True) -> str:
     """The tier name, checked; a tier whose cases are to be judged (judged=True) and needs a GPU
-    is refused on a machine without one, while its case list can be made anywhere."""
+    is refused on a machine without one, while its case list can be made anywhere; judged on the
+    CPU, it is refused where Triton's interpreter cannot run the kernels (check_interpreter)."""
     if tier not in TIERS:
         raise ValueError(f"tier: expected one of {TIERS}, got {tier!r}")
     if judged and tier != "cpu" and not has_gpu():
         raise ValueError(f"tier: {tier!r} needs a GPU; this machine has none (use 'cpu')")
+    if judged:
+        check_interpreter()
     return tier
 
 
