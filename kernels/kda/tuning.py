@@ -104,7 +104,10 @@ _K1_SM90 = dict(_K1, intra=KernelConfig(1))
 # intra on two warps at K 128, since it also writes qg, kg and beta k 2^gc (one warp: 255 registers and a stack
 # of 1128 bytes): intra 1333 -> 724 us at 1x8192x96 on the H200, the forward 0.78 to 0.93 of one warp's time on
 # four bench.kda rows; with the diagonal blocks' inverse moved in from the solve, intra 850 and the solve 404
-# (bench/NOTES.md).
+# (bench/NOTES.md). Timed again against it on the H200 with the inverse in intra (sm90, triton 3.9, the bench's
+# specialization: 217 registers, no stack, eight warps an SM), each slower on the forward in geomean over the
+# eight bench.kda rows: four warps (156, no stack, twelve) 1.039, eight (128, no stack, sixteen) 1.230, four
+# capped at 128 (an 88-byte stack, sixteen) 1.012, two capped at 168 (360 bytes, twelve) 1.007 (bench/NOTES.md).
 _K1_SM90_K128 = dict(_K1_SM90, intra=KernelConfig(2), solve=KernelConfig(4, maxnreg=168))
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
            128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
