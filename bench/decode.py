@@ -1,6 +1,7 @@
 """Paged decode on a GPU against the copy bandwidth and the SDPA peer.
 
-    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep | --floor] [--baseline DIR]
+    python -m bench.decode [--json PATH] [--png DIR] [--rounds N] [-k WORDS] [--sweep | --floor]
+                           [--baseline DIR [--baseline-triton]]
 
 One process measures the device-to-device copy bandwidth first, then for each
 shape of SHAPES times, CUDA-graph replayed in mirrored rounds (medians):
@@ -18,7 +19,10 @@ enough copies to be several times the L2, so no path is timed out of cache.
 
 --baseline DIR adds the auto path of another checkout's kernels (bench.baseline),
 timed in the same interleaved rounds, with the ratio auto / baseline and the largest
-difference between the two outputs on the first input set.
+difference between the two outputs on the first input set. --baseline-triton also
+times that checkout's one-pass and split paths of the Triton kernel, with the ratios
+of ours to them: how a change to the Triton kernel or its launch table moves the
+paths the auto path leaves (on an arch where it runs the Gluon kernel) as well.
 
 --sweep times every launch config of SWEEP on the SWEEP_SHAPES, of
 WIDE_SWEEP on the WIDE_SHAPES and of SMALL_SWEEP on the SMALL_SHAPES (auto
@@ -222,7 +226,20 @@ def _tbps(nbytes: int, us: float) -> float:
     return nbytes / (us * 1e-6) / 1e12
 
 
-def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> dict:
+BASE_TRITON = {"one-pass": False, "split": True}  # --baseline-triton: the base's paths, by their force_split
+
+
+def baseline_paths(sets, entry, triton: bool) -> dict:
+    """{name: fn} of a base's paths (its paged_attention_decode `entry`) on the input sets: its auto
+    path, and with `triton` its one-pass and split paths of the Triton kernel."""
+    fns = {"baseline": _decode(sets, None, entry)}
+    if triton:
+        fns.update({f"baseline {path}": _decode(sets, split, entry, kernel="triton")
+                    for path, split in BASE_TRITON.items()})
+    return fns
+
+
+def measure(shape: Shape, device, copy: float, rounds: int, baseline=None, baseline_triton: bool = False) -> dict:
     sets = _input_sets(shape, device)
     calls = len(sets) * math.ceil(10 / len(sets))
     fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False, kernel="triton"),
@@ -234,12 +251,14 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
         paths.append("gluon")
     refused = None
     if baseline is not None:
-        try:  # a base that predates a shape (a head size, a block size) refuses it by name
-            _decode(sets[:1], None, baseline.paged_attention_decode)()
+        base_fns = baseline_paths(sets[:1], baseline.paged_attention_decode, baseline_triton)
+        try:  # a base that predates a shape (a head size, a block size) or an argument refuses it by name
+            for fn in base_fns.values():
+                fn()
         except (TypeError, ValueError) as exc:
             baseline, refused = None, str(exc)
     if baseline is not None:
-        fns["baseline"] = _decode(sets, None, baseline.paged_attention_decode)
+        fns.update(baseline_paths(sets, baseline.paged_attention_decode, baseline_triton))
     timed = interleaved(fns, calls=calls, rounds=rounds)
     host = host_us(_decode(sets[:1], None), HOST_CALLS)
     row = dict(shape=shape.name, **dataclasses.asdict(shape), bytes=shape.bytes, sets=len(sets),
@@ -256,6 +275,9 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None) -> di
         row["baseline_refused"] = refused
     if baseline is not None:
         row["auto_over_baseline"] = row["auto"]["us"] / row["baseline"]["us"]
+        for path in BASE_TRITON:
+            if f"baseline {path}" in row:
+                row[f"{path}_over_baseline"] = row[path]["us"] / row[f"baseline {path}"]["us"]
         row["baseline_host_us"] = host_us(_decode(sets[:1], None, baseline.paged_attention_decode), HOST_CALLS)
         row["largest_difference"] = _largest_difference(paged_attention_decode, baseline.paged_attention_decode,
                                                         sets[0])
@@ -274,6 +296,8 @@ def _print_row(row: dict) -> None:
           + (f"  baseline {row['baseline']['us']:.1f} us, auto/baseline {row['auto_over_baseline']:.3f}, "
              f"host {row['baseline_host_us']:.1f} us, max |diff| {row['largest_difference']:.3g}"
              if "baseline" in row else "")
+          + "".join(f", {path}/baseline {row[f'{path}_over_baseline']:.3f}" for path in BASE_TRITON
+                    if f"{path}_over_baseline" in row)
           + (f"  baseline refused it: {row['baseline_refused']}" if "baseline_refused" in row else ""), flush=True)
 
 
@@ -421,7 +445,11 @@ def main(argv=None) -> int:
                       help="time auto against its fixed part, its launches alone and a copy of its bytes instead")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="also time the auto path of the kernels of the checkout at DIR (bench.baseline)")
+    p.add_argument("--baseline-triton", action="store_true",
+                   help="with --baseline, also time its one-pass and split paths of the Triton kernel")
     args = p.parse_args(argv)
+    if args.baseline_triton and not args.baseline:
+        p.error("--baseline-triton: expected --baseline DIR with it, got none")
     if not torch.cuda.is_available():
         print("bench: needs a GPU", file=sys.stderr)
         return 2
@@ -445,7 +473,8 @@ def main(argv=None) -> int:
             print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'gluon us':>9} {'auto us':>9} {'auto chose':>16} "
                   f"{'MB':>8} "
                   f"{'TB/s':>6} {'%copy':>6} {'host us':>7} {'sdpa us':>8} {'sdpa/a':>6} noise")
-            timed, printed = (lambda shape: measure(shape, device, copy, args.rounds, base)), _print_row
+            timed, printed = (lambda shape: measure(shape, device, copy, args.rounds, base, args.baseline_triton)), \
+                _print_row
         rows = []
         for shape in (s for s in SHAPES if all(w in s.name for w in words)):
             row = timed(shape)

@@ -47,3 +47,24 @@ def test_floor_launches_the_empty_kernel_as_auto_launches():
     with arch.planned("sm90", 132):
         grids = bench_decode.launches_of(call)
     assert grids == [((8, 8, 17), 1)]
+
+
+def test_baseline_triton_times_the_bases_one_pass_and_split():
+    """--baseline-triton: the base's Triton paths are its entry with kernel='triton' and force_split
+    False (one-pass) and True (split), beside its auto path (no kernel, no force_split); without
+    --baseline the flag is refused by name."""
+    shape = bench_decode.Shape(8, 8192, 4096)
+    sets = [build_meta(shape.case("auto"))]
+    seen = {}
+
+    def entry(*args, force_split=None, **kwargs):
+        seen[name] = (force_split, kwargs.get("kernel"))
+
+    fns = bench_decode.baseline_paths(sets, entry, triton=True)
+    assert sorted(fns) == ["baseline", "baseline one-pass", "baseline split"]
+    for name, fn in fns.items():
+        fn()
+    assert seen == {"baseline": (None, None), "baseline one-pass": (False, "triton"), "baseline split": (True, "triton")}
+    assert list(bench_decode.baseline_paths(sets, entry, triton=False)) == ["baseline"]
+    with pytest.raises(SystemExit):
+        bench_decode.main(["--baseline-triton"])
