@@ -226,7 +226,7 @@ def _tbps(nbytes: int, us: float) -> float:
     return nbytes / (us * 1e-6) / 1e12
 
 
-BASE_TRITON = {"one-pass": False, "split": True}  # --baseline-triton: the base's paths, by their force_split
+TRITON_PATHS = {"one-pass": False, "split": True}  # the Triton kernel's paths, by their force_split
 
 
 def baseline_paths(sets, entry, triton: bool) -> dict:
@@ -235,16 +235,16 @@ def baseline_paths(sets, entry, triton: bool) -> dict:
     fns = {"baseline": _decode(sets, None, entry)}
     if triton:
         fns.update({f"baseline {path}": _decode(sets, split, entry, kernel="triton")
-                    for path, split in BASE_TRITON.items()})
+                    for path, split in TRITON_PATHS.items()})
     return fns
 
 
 def measure(shape: Shape, device, copy: float, rounds: int, baseline=None, baseline_triton: bool = False) -> dict:
     sets = _input_sets(shape, device)
     calls = len(sets) * math.ceil(10 / len(sets))
-    fns = {"auto": _decode(sets, None), "one-pass": _decode(sets, False, kernel="triton"),
-           "split": _decode(sets, True, kernel="triton"), "auto again": _decode(sets, None),
-           "sdpa": _sdpa(shape, device, len(sets))}
+    fns = {"auto": _decode(sets, None),
+           **{path: _decode(sets, split, kernel="triton") for path, split in TRITON_PATHS.items()},
+           "auto again": _decode(sets, None), "sdpa": _sdpa(shape, device, len(sets))}
     paths = ["one-pass", "split", "auto"]
     if gluon_unavailable(device) is None:
         fns["gluon"] = _decode(sets, None, kernel="gluon")
@@ -275,7 +275,7 @@ def measure(shape: Shape, device, copy: float, rounds: int, baseline=None, basel
         row["baseline_refused"] = refused
     if baseline is not None:
         row["auto_over_baseline"] = row["auto"]["us"] / row["baseline"]["us"]
-        for path in BASE_TRITON:
+        for path in TRITON_PATHS:
             if f"baseline {path}" in row:
                 row[f"{path}_over_baseline"] = row[path]["us"] / row[f"baseline {path}"]["us"]
         row["baseline_host_us"] = host_us(_decode(sets[:1], None, baseline.paged_attention_decode), HOST_CALLS)
@@ -296,7 +296,7 @@ def _print_row(row: dict) -> None:
           + (f"  baseline {row['baseline']['us']:.1f} us, auto/baseline {row['auto_over_baseline']:.3f}, "
              f"host {row['baseline_host_us']:.1f} us, max |diff| {row['largest_difference']:.3g}"
              if "baseline" in row else "")
-          + "".join(f", {path}/baseline {row[f'{path}_over_baseline']:.3f}" for path in BASE_TRITON
+          + "".join(f", {path}/baseline {row[f'{path}_over_baseline']:.3f}" for path in TRITON_PATHS
                     if f"{path}_over_baseline" in row)
           + (f"  baseline refused it: {row['baseline_refused']}" if "baseline_refused" in row else ""), flush=True)
 
