@@ -1,6 +1,7 @@
 """The KDA forward on a GPU against fla-core's chunk_kda, on identical inputs.
 
     python -m bench.kda [--json PATH] [--rounds N] [-k WORDS] [--baseline DIR] [--kernels]
+    python -m bench.kda --segments [LIST] [--json PATH] [--rounds N] [-k WORDS]
 
 One process measures the device-to-device copy bandwidth first, then for each
 shape of SHAPES (bf16, K = V = 128, gate `lower_bound` -5 with A_log and
@@ -28,6 +29,14 @@ extra (`pip install -e .[fla]`); without it the bench stops and says so.
 needed: the same rounds and columns, the base in FLA's place. --kernels adds where
 each forward's device time goes, ours and the peer's: each kernel's time per call
 (torch.profiler over KERNEL_CALLS calls, on the row's own inputs).
+
+--segments times, instead, our forward as the planner schedules it (`auto`) against
+the same forward with each chunks_per_segment of LIST forced (default SEGMENTS; 0 is
+the unsegmented walk), in one set of interleaved rounds per row: how the planner's
+choice (kernels.kda.plan) stands against the schedules it passed over. Each row says
+what auto chose, each schedule's time and its ratio to auto's, and how far its
+output lies from auto's (RMS of the difference over auto's RMS: another schedule
+rounds differently, no more).
 """
 
 import argparse
@@ -41,8 +50,9 @@ import triton
 
 from bench import baseline
 from bench.results import write_json
-from bench.timing import copy_tbps, host_us, paired
-from kernels import arch
+from bench.timing import copy_tbps, host_us, interleaved, paired
+from kernels import arch, launch
+from kernels.kda import chunk as kda_chunk
 from kernels.kda import flash_kda_fwd
 
 HOST_CALLS = 50
@@ -50,6 +60,7 @@ PLAIN_CALLS = 20
 KERNEL_CALLS = 10
 LOWER_BOUND = -5.0
 DIM = 128
+SEGMENTS = (0, 4, 8, 16, 32, 64)  # chunks_per_segment --segments forces by default (0: unsegmented)
 
 
 @dataclass(frozen=True)
@@ -109,15 +120,57 @@ def inputs(shape: Shape, device) -> dict:
     return x
 
 
-def ours(x: dict, forward=flash_kda_fwd):
+def ours(x: dict, forward=flash_kda_fwd, chunks_per_segment=None):
     workspace = {}
 
     def run():
         return forward(
             x["q"], x["k"], x["v"], x["g"], x["beta"], output_final_state=True, gate="lower_bound",
             A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=LOWER_BOUND, beta_sigmoid=True, qk_l2norm=True,
-            cu_seqlens=x["cu_t"], cu_seqlens_cpu=x["cu"], workspace=workspace)
+            cu_seqlens=x["cu_t"], cu_seqlens_cpu=x["cu"], workspace=workspace, chunks_per_segment=chunks_per_segment)
     return run
+
+
+def segment_list(text: str) -> tuple:
+    """--segments' LIST: comma-separated chunks_per_segment values, each an int >= 0."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints >= 0 (0: unsegmented), got {text!r}")
+    return values
+
+
+def schedule(fn) -> str:
+    """What a call of our forward `fn` launches its walk as: 'unsegmented', or 'N segments' (pass
+    A's units), read from its launches (kernels.launch.recorded) without running them."""
+    with launch.recorded() as calls:
+        fn()
+    units = [c.grid[0] for c in calls if c.fn is kda_chunk.kda_transition_kernel]
+    return f"{units[0]} segments" if units else "unsegmented"
+
+
+def segments(shape: Shape, device, rounds: int, values: tuple) -> dict:
+    """Our forward as planned against each forced chunks_per_segment of `values`, interleaved."""
+    x = inputs(shape, device)
+    fns = {"auto": ours(x)}
+    fns.update({f"cps {v}": ours(x, chunks_per_segment=v) for v in values})
+    chose = schedule(fns["auto"])
+    o_auto = fns["auto"]()[0]
+    rms = {name: _rms_ratio(fn()[0], o_auto) for name, fn in fns.items()}
+    timed = interleaved(fns, calls=3, rounds=rounds)
+    best = min(timed, key=lambda name: timed[name].us)
+    return dict(shape=shape.name, auto_chose=chose, best=best,
+                schedules={name: dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), rms_o=rms[name],
+                                      launches=schedule(fns[name])) for name, t in timed.items()})
+
+
+def _print_segments(row: dict) -> None:
+    parts = (f"{name} {s['us']:.1f} us {s['ratio_to_auto']:.3f} ({s['spread'][0]:.3f}-{s['spread'][1]:.3f})"
+             f"{' [' + s['launches'] + ']' if name != 'auto' else ''}{' <- best' if name == row['best'] else ''}"
+             for name, s in row["schedules"].items())
+    print(f"{row['shape']:<22} auto: {row['auto_chose']}; " + "; ".join(parts), flush=True)
 
 
 def fla_forward(x: dict, chunk_kda):
@@ -243,10 +296,17 @@ def main(argv=None) -> int:
                    help="time ours against the kernels of the checkout at DIR instead of against FLA")
     p.add_argument("--kernels", action="store_true",
                    help="also print each kernel's device time per call, ours and the peer's")
+    p.add_argument("--segments", nargs="?", const=SEGMENTS, type=segment_list, default=None, metavar="LIST",
+                   help="time our planned forward against forced chunks_per_segment values instead "
+                        f"(comma-separated; default {','.join(map(str, SEGMENTS))}; 0: unsegmented)")
     args = p.parse_args(argv)
+    if args.segments is not None and (args.baseline or args.kernels):
+        p.error("--segments times our forward alone: it takes neither --baseline nor --kernels")
     if not torch.cuda.is_available():
         print("bench.kda: needs a GPU", file=sys.stderr)
         return 2
+    if args.segments is not None:
+        return _segments_main(args)
     if args.baseline:
         base_fwd = baseline.load(args.baseline, "kernels.kda").flash_kda_fwd
         name, peer, which = "base", (lambda x: ours(x, base_fwd)), f"base {args.baseline}"
@@ -273,6 +333,24 @@ def main(argv=None) -> int:
             write_json(args.json, head, copy, rows)
     if rows:
         print(summary(rows, name))
+    return 0
+
+
+def _segments_main(args) -> int:
+    device = torch.device("cuda")
+    copy = copy_tbps()
+    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
+            f"triton {triton.__version__}\ncommand: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; our forward as "
+            f"planned (auto) against forced chunks_per_segment {','.join(map(str, args.segments))}; ratio to auto")
+    print(head)
+    words = (args.k or "").split()
+    rows = []
+    for shape in SHAPES:
+        if all(w in shape.name for w in words):
+            rows.append(segments(shape, device, args.rounds, args.segments))
+            _print_segments(rows[-1])
+            torch.cuda.empty_cache()
+            write_json(args.json, head, copy, rows)
     return 0
 
 

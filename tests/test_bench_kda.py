@@ -39,3 +39,27 @@ def test_summary_gives_the_geomean_of_the_peers_time_over_ours_and_the_rows_ours
     rows = [dict(shape="a", ours_over_fla=0.5), dict(shape="b", ours_over_fla=2.0), dict(shape="c", ours_over_fla=0.125)]
     assert kda.summary(rows, "fla") == "fla / ours: geomean 2.000 over 3 rows; ours slower at b"
     assert kda.summary(rows[:1], "fla").endswith("ours slower at no row")
+
+
+def test_segment_lists_are_ints_from_zero_on():
+    assert kda.segment_list("0,4,16") == (0, 4, 16)
+    for bad in ("", "4,x", "-1", "2.5"):
+        with pytest.raises(Exception, match="expected comma-separated ints >= 0"):
+            kda.segment_list(bad)
+
+
+def test_schedule_reads_what_the_walk_launches_as_without_running_it():
+    """1024 tokens are 16 chunks: the planner keeps one sequence unsegmented on a CPU's one unit
+    of compute, and 4 chunks a segment forced make 4 segments."""
+    x = kda.inputs(kda.Shape(1, 1024, 2), torch.device("cpu"))
+    assert kda.schedule(kda.ours(x)) == "unsegmented"
+    assert kda.schedule(kda.ours(x, chunks_per_segment=4)) == "4 segments"
+    assert kda.schedule(kda.ours(x, chunks_per_segment=0)) == "unsegmented"
+
+
+def test_segments_takes_neither_a_baseline_nor_kernels(capsys):
+    for extra in (["--baseline", "."], ["--kernels"]):
+        with pytest.raises(SystemExit) as exc:
+            kda.main(["--segments", *extra])
+        assert exc.value.code == 2
+        assert "--segments times our forward alone" in capsys.readouterr().err
