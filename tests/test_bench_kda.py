@@ -63,3 +63,25 @@ def test_segments_takes_neither_a_baseline_nor_kernels(capsys):
             kda.main(["--segments", *extra])
         assert exc.value.code == 2
         assert "--segments times our forward alone" in capsys.readouterr().err
+
+
+def test_segments_row_times_auto_against_each_forced_schedule(monkeypatch):
+    """The row of --segments, its timing stood in for (CUDA graphs need a GPU): auto and each forced
+    value timed together, what each launches as, and each output against auto's."""
+    from bench.timing import Timed
+
+    seen = {}
+
+    def fake_interleaved(fns, *, calls, rounds):
+        seen.update(fns=list(fns), calls=calls, rounds=rounds)
+        return {name: Timed(10.0 + i, 1.0 + i / 10, (1.0, 1.2)) for i, name in enumerate(fns)}
+
+    monkeypatch.setattr(kda, "interleaved", fake_interleaved)
+    row = kda.segments(kda.Shape(1, 256, 1), torch.device("cpu"), 2, (0, 2))
+    assert seen == dict(fns=["auto", "cps 0", "cps 2"], calls=3, rounds=2)
+    assert row["auto_chose"] == "unsegmented" and row["best"] == "auto"
+    sched = row["schedules"]
+    assert sched["cps 2"]["launches"] == "2 segments" and sched["cps 0"]["launches"] == "unsegmented"
+    assert sched["auto"]["rms_o"] == 0.0 and sched["cps 0"]["rms_o"] == 0.0
+    assert sched["cps 2"]["rms_o"] < 1e-2
+    assert sched["cps 2"]["us"] == 12.0 and sched["cps 2"]["ratio_to_auto"] == 1.2
