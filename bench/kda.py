@@ -156,14 +156,14 @@ def segments(shape: Shape, device, rounds: int, values: tuple) -> dict:
     x = inputs(shape, device)
     fns = {"auto": ours(x)}
     fns.update({f"cps {v}": ours(x, chunks_per_segment=v) for v in values})
-    chose = schedule(fns["auto"])
-    o_auto = fns["auto"]()[0]
-    rms = {name: _rms_ratio(fn()[0], o_auto) for name, fn in fns.items()}
+    launches = {name: schedule(fn) for name, fn in fns.items()}
+    outputs = {name: fn()[0] for name, fn in fns.items()}
     timed = interleaved(fns, calls=3, rounds=rounds)
     best = min(timed, key=lambda name: timed[name].us)
-    return dict(shape=shape.name, auto_chose=chose, best=best,
-                schedules={name: dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread), rms_o=rms[name],
-                                      launches=schedule(fns[name])) for name, t in timed.items()})
+    return dict(shape=shape.name, auto_chose=launches["auto"], best=best,
+                schedules={name: dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread),
+                                      rms_o=_rms_ratio(outputs[name], outputs["auto"]), launches=launches[name])
+                           for name, t in timed.items()})
 
 
 def _print_segments(row: dict) -> None:
@@ -317,20 +317,13 @@ def main(argv=None) -> int:
         which = f"fla-core {getattr(fla, '__version__', '?')}"
     device = torch.device("cuda")
     copy = copy_tbps()
-    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
-            f"triton {triton.__version__}, {which}\n"
+    head = (f"{_versions(device)}, {which}\n"
             f"command: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; bf16, K = V = {DIM}, gate lower_bound "
             f"{LOWER_BOUND}, beta sigmoid, q/k L2 norm in kernel, final state out")
     print(head)
-    words = (args.k or "").split()
     _print_head(name)
-    rows = []
-    for shape in SHAPES:
-        if all(w in shape.name for w in words):
-            rows.append(measure(shape, device, copy, args.rounds, peer, name, args.kernels))
-            _print_row(rows[-1], name)
-            torch.cuda.empty_cache()
-            write_json(args.json, head, copy, rows)
+    rows = _rows(args, head, copy, lambda shape: measure(shape, device, copy, args.rounds, peer, name, args.kernels),
+                 lambda row: _print_row(row, name))
     if rows:
         print(summary(rows, name))
     return 0
@@ -339,19 +332,30 @@ def main(argv=None) -> int:
 def _segments_main(args) -> int:
     device = torch.device("cuda")
     copy = copy_tbps()
-    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
-            f"triton {triton.__version__}\ncommand: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; our forward as "
-            f"planned (auto) against forced chunks_per_segment {','.join(map(str, args.segments))}; ratio to auto")
+    head = (f"{_versions(device)}\ncommand: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; our forward as planned "
+            f"(auto) against forced chunks_per_segment {','.join(map(str, args.segments))}; ratio to auto")
     print(head)
+    _rows(args, head, copy, lambda shape: segments(shape, device, args.rounds, args.segments), _print_segments)
+    return 0
+
+
+def _versions(device) -> str:
+    return (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
+            f"triton {triton.__version__}")
+
+
+def _rows(args, head: str, copy: float, row_of, printed) -> list:
+    """row_of(shape) for each shape of SHAPES whose name holds every word of -k, each printed as it
+    comes and the JSON (--json) written again after it, so a run cut short keeps its rows."""
     words = (args.k or "").split()
     rows = []
     for shape in SHAPES:
         if all(w in shape.name for w in words):
-            rows.append(segments(shape, device, args.rounds, args.segments))
-            _print_segments(rows[-1])
+            rows.append(row_of(shape))
+            printed(rows[-1])
             torch.cuda.empty_cache()
             write_json(args.json, head, copy, rows)
-    return 0
+    return rows
 
 
 if __name__ == "__main__":
