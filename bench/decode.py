@@ -49,7 +49,7 @@ import torch
 import triton
 
 from bench import baseline
-from bench.results import write_json
+from bench.results import versions, write_json
 from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
 import triton.language as tl
@@ -456,8 +456,7 @@ def main(argv=None) -> int:
     device = torch.device("cuda")
     base = baseline.load(args.baseline) if args.baseline else None
     copy = copy_tbps()
-    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}, {arch.cu_count(device)} CUs), "
-            f"torch {torch.__version__}, triton {triton.__version__}\ncommand: {' '.join(sys.argv)}\n"
+    head = (f"{versions(device, f'{arch.cu_count(device)} CUs')}\ncommand: {' '.join(sys.argv)}\n"
             f"copy {copy:.2f} TB/s (1 GiB device to device, read + write); "
             "default shape Hq 32 / Hkv 8, D 128, block 16, shuffled, fp8 e4m3fn per-token, Q 1")
     print(head)

@@ -26,7 +26,7 @@ import triton.language as tl
 from bench import baseline
 from bench import decode as bench_decode
 from bench import kda as bench_kda
-from bench.results import write_json
+from bench.results import versions, write_json
 from bench.timing import host_us
 from kernels import arch, launch
 from kernels.kda import flash_kda_fwd
@@ -107,8 +107,7 @@ def main(argv=None) -> int:
     if args.baseline:
         decode["base"] = baseline.load(args.baseline).paged_attention_decode
         kda["base"] = baseline.load(args.baseline, "kernels.kda").flash_kda_fwd
-    head = (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
-            f"triton {triton.__version__}{f', base {args.baseline}' if args.baseline else ''}\n"
+    head = (f"{versions(device)}{f', base {args.baseline}' if args.baseline else ''}\n"
             f"command: {' '.join(sys.argv)}\nhost us of a plain call, medians of {args.rounds} interleaved rounds")
     print(head)
     rows = [dict(op="launch", shape="no-op kernel, 10 pointers and 10 ints", host_us=launch_costs(device, args.rounds))]

@@ -46,12 +46,11 @@ import time
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from bench import baseline
-from bench.results import write_json
+from bench.results import versions, write_json
 from bench.timing import copy_tbps, host_us, interleaved, paired
-from kernels import arch, launch
+from kernels import launch
 from kernels.kda import chunk as kda_chunk
 from kernels.kda import flash_kda_fwd
 
@@ -317,7 +316,7 @@ def main(argv=None) -> int:
         which = f"fla-core {getattr(fla, '__version__', '?')}"
     device = torch.device("cuda")
     copy = copy_tbps()
-    head = (f"{_versions(device)}, {which}\n"
+    head = (f"{versions(device)}, {which}\n"
             f"command: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; bf16, K = V = {DIM}, gate lower_bound "
             f"{LOWER_BOUND}, beta sigmoid, q/k L2 norm in kernel, final state out")
     print(head)
@@ -332,16 +331,11 @@ def main(argv=None) -> int:
 def _segments_main(args) -> int:
     device = torch.device("cuda")
     copy = copy_tbps()
-    head = (f"{_versions(device)}\ncommand: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; our forward as planned "
+    head = (f"{versions(device)}\ncommand: {' '.join(sys.argv)}\ncopy {copy:.2f} TB/s; our forward as planned "
             f"(auto) against forced chunks_per_segment {','.join(map(str, args.segments))}; ratio to auto")
     print(head)
     _rows(args, head, copy, lambda shape: segments(shape, device, args.rounds, args.segments), _print_segments)
     return 0
-
-
-def _versions(device) -> str:
-    return (f"device {torch.cuda.get_device_name(device)} ({arch.arch_name(device)}), torch {torch.__version__}, "
-            f"triton {triton.__version__}")
 
 
 def _rows(args, head: str, copy: float, row_of, printed) -> list:
