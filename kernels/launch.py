@@ -26,6 +26,8 @@ tensors within `kernels.arch.planned` thereby lists the launches it would make
 on that arch, through the same code that makes them for real.
 """
 
+import math
+import operator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -39,6 +41,7 @@ _I32 = (-(1 << 31), (1 << 31) - 1)
 _RECORDING: list[list] = []
 # AMD's backend also specializes a tensor on whether its storage lies within 2 GiB (buffer loads).
 _HIP_2GB = (1 << 31) - 1 if torch.version.hip else None
+_ADDRESS = torch.Tensor.data_ptr  # raises TypeError on what is not a tensor
 
 
 @dataclass(frozen=True)
@@ -81,35 +84,21 @@ _HOST_VALUES = (int, float, str)
 
 
 def signatures(values) -> tuple:
-    """Each argument's part of the key an entry keeps a signature's checks and launches by: a
-    tensor's dtype, shape, strides and device; else its type and its value (None, a number or a
+    """Each argument's part of the key an entry keeps a signature's checks and launches by: None for
+    None; a tensor's dtype, shape, strides and device; else its type and its value (a number or a
     string) or its identity. One comprehension for all (a function call an argument cost an entry
-    about a microsecond a call)."""
-    return tuple([(v.dtype, v.shape, v.stride(), v.device) if isinstance(v, torch.Tensor)
-                  else (type(v), v if v is None or isinstance(v, _HOST_VALUES) else id(v)) for v in values])
+    about a microsecond a call), None first (most of an entry's optional arguments are None)."""
+    return tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) if isinstance(v, torch.Tensor)
+                  else (type(v), v if isinstance(v, _HOST_VALUES) else id(v)) for v in values])
 
 
-def _hooked(hook) -> bool:
-    """Whether a launch hook of Triton's (a chain of them, or a function) would run."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def _launcher(compiled, grid: tuple):
-    """Triton's launch of a compiled kernel on `grid` (compiled[grid]), minus what it does for
-    launch hooks while none is registered: its runner builds the hooks' launch metadata and the
-    launcher calls both hook chains, empty or not, on every launch. With a hook registered the
-    runner launches, so profilers that hook launches still see ours."""
-    runner = compiled[grid]
-    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-    gx, gy, gz = grid
-
-    def launch(*args, stream):
-        hooks = knobs.runtime
-        if stream is None or _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
-            runner(*args, stream=stream)
-        else:
-            run(gx, gy, gz, stream, function, packed, None, None, None, *args)
-    return launch
+def _launcher(compiled, grid: tuple) -> tuple:
+    """What a launch of a compiled kernel on `grid` (compiled[grid]) needs, for a Bound to call it
+    without what Triton's runner does for launch hooks while none is registered (it builds the hooks'
+    launch metadata, and its launcher calls both hook chains, empty or not, on every launch):
+    (launcher, its arguments before the stream, those after it up to the kernel's, the runner). With
+    a hook registered the runner launches, so profilers that hook launches still see ours."""
+    return compiled.run, tuple(grid), (compiled.function, compiled.packed_metadata, None, None, None), compiled[grid]
 
 
 class _Slot:
@@ -148,7 +137,7 @@ class Bound:
     """
 
     __slots__ = ("fn", "grid", "args", "constexprs", "options", "_places", "_prefix", "_head", "_grid3",
-                 "_interpreted", "_runners", "_launcher_args", "_after_slots", "_views")
+                 "_interpreted", "_runners", "_fixed", "_order", "_views")
 
     def __init__(self, fn, grid: tuple, args: tuple, constexprs: dict, options: dict, views: dict | None = None):
         self.fn, self.grid, self.args = fn, tuple(grid), tuple(args)
@@ -160,9 +149,10 @@ class Bound:
         self._grid3 = (*self.grid, 1, 1)[:3]
         self._interpreted = arch.interpreting()
         self._runners: dict = {}  # the slot tensors' alignments -> the compiled kernel's launcher
-        # What a launcher takes (first launch): the leading arguments with their SLOTs, then the
-        # constexpr values in fn's parameter order; and its part after the slots, where they lead.
-        self._launcher_args = self._after_slots = None
+        # What a launcher takes (set at the first launch by address): the leading arguments but the
+        # SLOTs, then the constexpr values in fn's parameter order, tensors by address; and, unless the
+        # slots lead, which of (*slot values, *fixed) goes where.
+        self._fixed = self._order = None
         self._views = tuple((views or {}).items())
 
     def _placed(self, template: tuple, values: tuple) -> list:
@@ -197,13 +187,14 @@ class Bound:
             self.fn[self.grid](*self._merged(values), **self.constexprs, **self.options)
             return
         try:
-            addresses = [t.data_ptr() for t in values]
-            aligned = tuple([a % 16 == 0 for a in addresses]) if _HIP_2GB is None else None
-        except AttributeError:  # a slot that is not a tensor
+            addresses = list(map(_ADDRESS, values))
+        except TypeError:  # a slot that is not a tensor
             addresses = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]
-            aligned = None
-        if aligned is None:
             aligned = tuple(map(_spec, values))
+        else:
+            # all 16-byte aligned (their gcd is; the common case): one key; else each tensor's alignment
+            aligned = (tuple(map(_spec, values)) if _HIP_2GB is not None else
+                       tuple([a % 16 == 0 for a in addresses]) if math.gcd(*addresses) % 16 else True)
         runner = self._runners.get(aligned)
         if runner is None:
             args = self._merged(values)
@@ -215,15 +206,32 @@ class Bound:
                     _COMPILED.clear()
                 _COMPILED[key] = compiled
                 return
-            if self._launcher_args is None:
-                rest = tuple(self.constexprs[name] for name in self.fn.arg_names[len(args):])
-                # fixed tensors by address too (self.args keeps them alive)
-                self._launcher_args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a
-                                            for a in (*self.args, *rest))
-                self._after_slots = self._launcher_args[len(self._places):]
+            if self._fixed is None:
+                self._arrange(len(args))
             runner = self._runners[aligned] = _launcher(compiled, self._grid3)
-        if self._prefix:
-            runner(*addresses, *self._after_slots, stream=stream)
+        if self._order is None:
+            addresses.extend(self._fixed)
         else:
-            runner(*self._placed(self._launcher_args, addresses), stream=stream)
+            addresses = self._order((*addresses, *self._fixed))
+        run, grid, middle, runner = runner
+        hooks = knobs.runtime
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        if (stream is None or (enter is not None and getattr(enter, "calls", True))
+                or (leave is not None and getattr(leave, "calls", True))):
+            runner(*addresses, stream=stream)
+        else:
+            run(*grid, stream, *middle, *addresses)
 
+    def _arrange(self, leading: int) -> None:
+        """The launcher's fixed arguments (the leading ones but the SLOTs, then the constexprs a
+        launch passes by position; tensors by address, which self.args keeps alive) and, unless the
+        slots lead, the order that puts (*slot values, *fixed) in place."""
+        rest = tuple(self.constexprs[name] for name in self.fn.arg_names[leading:])
+        template = (*self.args, *rest)
+        self._fixed = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in template if a is not SLOT]
+        if not self._prefix:
+            slots, fixed, order = iter(range(len(self._places))), iter(range(len(self._places), len(template))), []
+            for a in template:
+                order.append(next(slots) if a is SLOT else next(fixed))
+            pick = operator.itemgetter(*order)
+            self._order = pick if len(order) > 1 else (lambda values: (pick(values),))

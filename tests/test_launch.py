@@ -146,3 +146,28 @@ def test_bound_views_are_made_only_where_a_launch_takes_the_tensor(monkeypatch):
     with launch.recorded() as calls:
         bound(x, y)
     assert calls[0].args[2].dtype == torch.uint8 and calls[0].args[0] is x
+
+
+def test_a_misaligned_tensor_never_takes_the_aligned_launcher(monkeypatch):
+    """Once the aligned specialization has a launcher, a call whose tensor is 4 bytes past an aligned
+    address goes to its own specialization (compiled anew), and back again."""
+    kernel, bound = _bound(monkeypatch)
+    base = torch.zeros(64)
+    aligned, odd = base[:8], base[1:9]
+    bound(aligned, torch.zeros(1))
+    bound(aligned, torch.zeros(1))
+    bound(odd, torch.zeros(1))
+    bound(odd, torch.zeros(1))
+    bound(aligned, torch.zeros(1))
+    assert [e[0] for e in kernel.events] == ["jit", "runner", "jit", "runner", "runner"]
+    assert kernel.events[-2][1][0] == odd.data_ptr() and kernel.events[-1][1][0] == aligned.data_ptr()
+
+
+def test_signatures_tell_apart_what_decides_a_launch():
+    """None, a bool and the int of the same value, a number and its value, a tensor's dtype, shape,
+    strides and device, and other objects by identity each give their own signature."""
+    x = torch.zeros(4, 6)
+    views = (x, x.t(), x[:, :4], x.double(), x.view(6, 4), torch.zeros(4, 6, device="meta"))
+    sigs = launch.signatures((None, True, 1, 1.0, 2, "a", *views, object(), object()))
+    assert len(set(sigs)) == len(sigs)
+    assert launch.signatures((None, 1, "a", x)) == launch.signatures((None, 1, "a", torch.ones(4, 6)))
