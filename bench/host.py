@@ -66,7 +66,7 @@ def launch_costs(device, count: int) -> dict:
         bound(*tensors, stream=stream)
     compiled = next(c for key, c in launch._COMPILED.items() if key[0][0] is _noop)
     runner = compiled[(1, 1, 1)]
-    rest = bound._after_slots  # the ints and the constexpr, as the launcher takes them
+    rest = bound._fixed  # the ints and the constexpr after the slots, as the launcher takes them
     return rounds({"Bound": lambda: bound(*tensors, stream=stream),
                    "Triton's runner, tensors": lambda: runner(*tensors, *rest, stream=stream),
                    "torch.empty(1)": lambda: torch.empty(1, device=device)}, LAUNCH_CALLS, count)
