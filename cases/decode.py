@@ -220,7 +220,7 @@ def _quantize(values, used, case: DecodeCase, gen, per_token_transposed: bool, s
         stored = _poison_codes(stored, used, "bf16")
     else:
         quantize = fp8.quantize_per_token if case.scales == "token" else fp8.quantize_per_tensor
-        clean = torch.where(used[:, :, None, None], values, torch.zeros_like(values))
+        clean = values.masked_fill(~used[:, :, None, None], 0.0)  # one temporary the size of the cache
         codes, scale = quantize(clean, case.cache)
         stored = _poison_codes(codes, used, case.cache).view(case.cache_dtype)
         scale = scale.reshape(-1) if scale.dim() == 0 else scale

@@ -117,6 +117,11 @@ def _pow2(exponent: torch.Tensor) -> torch.Tensor:
     return ((exponent + 1023) << 52).view(torch.float64)
 
 
+# Elements encode and the quantizers take a step: their float64 and int64 temporaries stay near
+# 1 GiB whatever the cache's size (a whole 64 x 8192-token cache at once took tens of GB).
+CHUNK_ELEMENTS = 1 << 24
+
+
 def encode(x: torch.Tensor, fmt) -> torch.Tensor:
     """float values -> fp8 codes (uint8): nearest, ties to even, saturating.
 
@@ -125,10 +130,26 @@ def encode(x: torch.Tensor, fmt) -> torch.Tensor:
     With the binade exponent k = max(floor(log2|x|) + bias, 1) the grid step is
     q = 2^(k - bias - 3) and n = round_half_even(|x| / q) in [0, 16]; the code's
     magnitude bits are (k - 1) * 8 + n, which carries n = 16 into the next binade
-    and reads subnormals (k = 1, n < 8) right.
+    and reads subnormals (k = 1, n < 8) right. Element by element, so large
+    tensors go CHUNK_ELEMENTS at a time.
     """
     fmt = format_of(fmt)
     _require_float_values(x, "x")
+    return _chunked(x.reshape(-1), lambda part: _encode(part, fmt)).view(x.shape)
+
+
+def _chunked(flat: torch.Tensor, codes_of) -> torch.Tensor:
+    """codes_of applied to `flat` (1-D) CHUNK_ELEMENTS at a time, into one uint8 tensor."""
+    if flat.numel() <= CHUNK_ELEMENTS:
+        return codes_of(flat)
+    out = torch.empty(flat.shape, dtype=torch.uint8, device=flat.device)
+    for lo in range(0, flat.numel(), CHUNK_ELEMENTS):
+        out[lo:lo + CHUNK_ELEMENTS] = codes_of(flat[lo:lo + CHUNK_ELEMENTS])
+    return out
+
+
+def _encode(x: torch.Tensor, fmt: "Fp8Format") -> torch.Tensor:
+    """encode's arithmetic on a tensor of values."""
     x = x.to(torch.float64)
     nan = torch.isnan(x)
     magnitude = torch.nan_to_num(x.abs(), nan=0.0).clamp(max=fmt.max)
@@ -164,9 +185,10 @@ def quantize_per_tensor(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tenso
     """
     fmt = format_of(fmt)
     _require_finite_values(x, "x")
-    x = x.to(torch.float64)
-    scale = _scale_of(x.abs().max() if x.numel() else x.new_zeros(()), fmt)
-    return encode(x / scale.to(torch.float64), fmt), scale
+    # |x| and its max are exact in x's dtype, and so is their float64 value
+    scale = _scale_of(x.abs().max().to(torch.float64) if x.numel() else x.new_zeros((), dtype=torch.float64), fmt)
+    inverse = scale.to(torch.float64)
+    return _chunked(x.reshape(-1), lambda part: _encode(part.to(torch.float64) / inverse, fmt)).view(x.shape), scale
 
 
 def quantize_per_token(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,9 +201,13 @@ def quantize_per_token(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tensor
     _require_finite_values(x, "x")
     if x.dim() != 4 or x.shape[-1] == 0:
         raise ValueError(f"x: expected shape [num_blocks, block_size, Hkv, D] with D > 0, got {list(x.shape)}")
-    x = x.to(torch.float64)
-    scale = _scale_of(x.abs().amax(dim=-1), fmt).permute(0, 2, 1).contiguous()
-    codes = encode(x / scale.to(torch.float64).permute(0, 2, 1).unsqueeze(-1), fmt)
+    scale = _scale_of(x.abs().amax(dim=-1).to(torch.float64), fmt).permute(0, 2, 1).contiguous()
+    per_elem = scale.permute(0, 2, 1).unsqueeze(-1)
+    codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
+    step = max(1, CHUNK_ELEMENTS // max(1, x[:1].numel()))  # whole blocks a step
+    for lo in range(0, x.shape[0], step):
+        part = x[lo:lo + step].to(torch.float64) / per_elem[lo:lo + step].to(torch.float64)
+        codes[lo:lo + step] = _encode(part, fmt)
     return codes, scale
 
 

@@ -1,5 +1,6 @@
 """The quantfloor command: ALL_PASS and exit 0 on a correct kernel, FAIL and non-zero on a broken one."""
 
+import io
 import json
 import os
 import re
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import numpy
 import pytest
+import torch
 import triton
 
 from cases import decode as decode_cases
-from verify import cli, junit, mutants, parallel, plots, report, runner
+from verify import cli, gate, junit, mutants, parallel, plots, report, runner
 from verify import device as _device
 
 CASE = "window2"  # decode-e4m3fn-token-b16-hq8-hkv2-d64-w2-L9_4-q2-shuffled-window2-onepass
@@ -166,6 +168,47 @@ def test_a_crash_fails_exactly_its_case_and_a_fresh_worker_goes_on(capsys):
     crashed = verdicts.pop(2)
     assert not crashed.passed and crashed.reasons == ("crashed: signal 11 (SIGSEGV)",), crashed.reasons
     assert [(v.case_id, v.reasons) for v in verdicts] == [(v.case_id, v.reasons) for v in alone]
+
+
+def test_a_job_out_of_device_memory_is_marked_and_no_other_exception_is():
+    def raising(exc):
+        def judge(device):
+            raise exc
+        return runner.Job("decode-onepass", "x", judge)
+
+    (short,) = runner.run([raising(torch.OutOfMemoryError("CUDA out of memory"))], torch.device("cpu"),
+                          stream=io.StringIO())
+    (other,) = runner.run([raising(RuntimeError("out of memory"))], torch.device("cpu"), stream=io.StringIO())
+    assert not short.passed and short.reasons[0].startswith("raised OutOfMemoryError")
+    assert parallel.out_of_memory(short) and not parallel.out_of_memory(other)
+
+
+def test_jobs_out_of_device_memory_beside_others_are_judged_again_alone(monkeypatch):
+    """What two of five jobs fail for device memory while four workers run beside them is not
+    their verdict: after the others, one worker judges those two again in order; what fails there
+    for memory stands, saying it ran alone. Each case is reported once."""
+    ids = [quick_fail(i) for i in range(1, 6)]
+    walks = []
+
+    def walk(context, tasks, order, workers, timeout_base, impl_specs, shown, record):
+        walks.append((list(order), workers))
+        for i in order:
+            case_id = tasks[i].case_id
+            short = case_id in (ids[1], ids[3]) if len(walks) == 1 else case_id == ids[3]
+            record(i, gate.failed("decode-onepass", case_id, "raised OutOfMemoryError: CUDA out of memory",
+                                  out_of_memory=True) if short else
+                   gate.failed("decode-onepass", case_id, "first pass" if len(walks) == 1 else "alone"))
+
+    monkeypatch.setattr(parallel, "_walk", walk)
+    seen = []
+    verdicts = parallel.judge([parallel.Task(i) for i in ids], 4, stream=io.StringIO(), on_verdict=seen.append)
+    assert walks == [([0, 1, 2, 3, 4], 4), ([1, 3], 1)]
+    assert [v.reasons[-1] for v in verdicts] == ["first pass", "alone", "first pass",
+                                                  parallel.ALONE, "first pass"]
+    assert sorted(v.case_id for v in seen) == sorted(ids)
+    walks.clear()
+    one = parallel.judge([parallel.Task(ids[1])], 4, stream=io.StringIO())  # one worker: already alone
+    assert walks == [([0], 1)] and one[0].reasons[-1] == parallel.ALONE
 
 
 def test_a_message_torn_by_a_dying_worker_reads_as_its_death():

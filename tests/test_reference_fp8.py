@@ -229,3 +229,22 @@ def test_quantize_per_token(name):
     assert bool((err <= rounding_bound(x.double() / row_scale, name) * row_scale * (1 + 1e-12)).all())
     row_peak = fp8.decode(codes, name).abs().amax(dim=-1)
     assert bool((row_peak[nonzero.permute(0, 2, 1)] == fmt.max).all())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_chunked_quantization_gives_the_codes_of_one_pass(name, monkeypatch):
+    """encode and both quantizers go CHUNK_ELEMENTS at a time on large tensors: a chunk that divides
+    neither a block nor the whole (7 elements, blocks of 3 x 2 x 4) gives the same codes and scales."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 3, 2, 4, generator=gen) * torch.exp(4 * torch.randn(5, 3, 2, 1, generator=gen))
+    x[1, 2, 0, 3] = float("inf")
+    whole = fp8.encode(x, name), fp8.quantize_per_token(x.nan_to_num(posinf=1.0), name), \
+        fp8.quantize_per_tensor(x.nan_to_num(posinf=1.0), name)
+    monkeypatch.setattr(fp8, "CHUNK_ELEMENTS", 7)
+    parts = fp8.encode(x, name), fp8.quantize_per_token(x.nan_to_num(posinf=1.0), name), \
+        fp8.quantize_per_tensor(x.nan_to_num(posinf=1.0), name)
+    assert torch.equal(parts[0], whole[0]) and parts[0].shape == x.shape
+    for (codes, scale), (want_codes, want_scale) in zip(parts[1:], whole[1:]):
+        assert torch.equal(codes, want_codes) and torch.equal(scale, want_scale)
+    transposed = x.transpose(1, 2)  # not contiguous: encode reads it as laid out
+    assert torch.equal(fp8.encode(transposed, name), whole[0].transpose(1, 2))

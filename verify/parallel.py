@@ -11,7 +11,11 @@ supervisor hands each worker process one job at a time, and
 - a worker that dies fails exactly the job it held: "crashed: <signal or
   exit code>"; a job after which the CUDA context is broken fails
   "crashed: <the CUDA error>", and its worker exits;
-- either way a fresh worker takes over and the run goes on.
+- either way a fresh worker takes over and the run goes on;
+- a job that runs out of device memory while other workers hold theirs
+  (16 workers on one 80 GB GPU can) is judged again at the end of the run,
+  one job at a time in a single worker, every other worker gone: only what
+  it fails there stands, with a reason that says it ran alone.
 
 Each worker talks to the supervisor over its own pipe, written directly (no
 feeder thread, no lock shared with other workers): a worker that dies in the
@@ -32,6 +36,7 @@ too). Verdicts come back in the order of the tasks.
 """
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -131,8 +136,8 @@ def _exit_reason(code) -> str:
 
 class _Slot:
     """One worker position: its process and the supervisor's end of its pipe, its slice [lo, hi)
-    of the tasks, the task it holds (index, time limit), when that was sent and when the worker
-    began it."""
+    of the positions of the tasks it walks, the task it holds (index, time limit), when that was
+    sent and when the worker began it."""
 
     def __init__(self, context, index: int, workers: int, tasks: list, lo: int, hi: int, impl_specs: tuple):
         self.context, self.index, self.workers, self.tasks = context, index, workers, tasks
@@ -186,6 +191,14 @@ class _Slot:
         self.conn = self.proc = None
 
 
+ALONE = "out of device memory with no other case beside it"
+
+
+def out_of_memory(verdict) -> bool:
+    """Whether `verdict` is a job that ran out of device memory (verify.runner marks it)."""
+    return bool(verdict.detail.get("out_of_memory")) if isinstance(verdict.detail, dict) else False
+
+
 def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
           timeout_base: float | None = None, impl_specs: tuple = ()) -> list:
     """Verdicts of `tasks`, judged in `workers` isolated processes, in the order of the tasks.
@@ -193,7 +206,8 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
     on a terminal, plain lines otherwise);
     `on_verdict` sees each verdict as it comes. `timeout_base`: seconds added to every job's time limit
     (runner.TIMEOUT_BASE_S by default). `impl_specs`: the --impl specs the workers judge
-    (verify.impls; ours by default)."""
+    (verify.impls; ours by default). A job that ran out of device memory beside other workers is
+    judged again after the others, alone (module docstring); its first verdict is not reported."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
     if timeout_base is not None and not timeout_base > 0:
@@ -203,17 +217,40 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
     workers = max(1, min(workers, len(tasks)))
     context = multiprocessing.get_context("spawn")
     impls.select(impl_specs)  # a bad spec is refused here, before any worker starts
-    slots = [_Slot(context, w, workers, tasks, w * len(tasks) // workers, (w + 1) * len(tasks) // workers,
-                   tuple(impl_specs)) for w in range(workers)]
     judged = {}
     shown = progress.Progress(len(tasks), sys.stderr if stream is None else stream)
 
-    def record(index, verdict):
-        if index not in judged:
-            judged[index] = verdict
-            shown.add(verdict)
-            if on_verdict is not None:
-                on_verdict(verdict)
+    def record(index, verdict, held=None):
+        """`verdict` for task `index`, reported; or, when `held` is a list and the job ran out of
+        device memory, kept back in it to be judged again alone."""
+        if index in judged:
+            return
+        if out_of_memory(verdict):
+            if held is not None:
+                held.append(index)
+                return
+            verdict = dataclasses.replace(verdict, reasons=(*verdict.reasons, ALONE))
+        judged[index] = verdict
+        shown.add(verdict)
+        if on_verdict is not None:
+            on_verdict(verdict)
+
+    held: list = []
+    _walk(context, tasks, list(range(len(tasks))), workers, timeout_base, tuple(impl_specs), shown,
+          lambda index, verdict: record(index, verdict, held if workers > 1 else None))
+    if held:
+        _walk(context, tasks, sorted(held), 1, timeout_base, tuple(impl_specs), shown, record)
+    shown.close()
+    return [judged.get(i) or gate.failed(_suite(t.case_id), t.case_id, "no worker judged it")
+            for i, t in enumerate(tasks)]
+
+
+def _walk(context, tasks: list[Task], order: list[int], workers: int, timeout_base, impl_specs: tuple, shown,
+          record) -> None:
+    """Judge the tasks at indices `order` in `workers` processes, each verdict to record(index,
+    verdict); every worker has exited when this returns."""
+    slots = [_Slot(context, w, workers, tasks, w * len(order) // workers, (w + 1) * len(order) // workers,
+                   impl_specs) for w in range(workers)]
 
     def next_index(slot):
         if slot.lo >= slot.hi:  # take the back half of the largest slice left
@@ -223,7 +260,7 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
             cut = donor.hi - max(1, (donor.hi - donor.lo) // 2)
             slot.lo, slot.hi, donor.hi = cut, donor.hi, cut
         slot.lo += 1
-        return slot.lo - 1
+        return order[slot.lo - 1]
 
     def fail(slot, index: int, reason: str):
         """The task `slot` held fails with `reason`; a fresh worker takes the slot."""
@@ -303,9 +340,6 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
     deadline = time.perf_counter() + EXIT_SECONDS
     for slot in slots:
         slot.stop(deadline)
-    shown.close()
-    return [judged.get(i) or gate.failed(_suite(t.case_id), t.case_id, "no worker judged it")
-            for i, t in enumerate(tasks)]
 
 
 def run(selected: list, workers: int, *, mutant: str | None = None, stream=None, on_verdict=None,

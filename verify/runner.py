@@ -162,8 +162,10 @@ def run(selected: list[Job], device, *, stream=sys.stderr, on_verdict=None) -> l
             verdict = job.judge(device)
         except Exception as exc:
             detail = traceback.format_exc(limit=3)
+            # a device memory shortfall is marked: verify.parallel judges such a job again alone
+            memory = {"out_of_memory": True} if isinstance(exc, torch.OutOfMemoryError) else {}
             verdict = gate.failed(job.suite, job.case_id, f"raised {type(exc).__name__}: {exc}", t0,
-                                  traceback=detail)
+                                  traceback=detail, **memory)
         verdicts.append(verdict)
         if on_verdict is not None:
             on_verdict(verdict)
