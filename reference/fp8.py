@@ -187,8 +187,8 @@ def quantize_per_tensor(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tenso
     _require_finite_values(x, "x")
     # |x| and its max are exact in x's dtype, and so is their float64 value
     scale = _scale_of(x.abs().max().to(torch.float64) if x.numel() else x.new_zeros((), dtype=torch.float64), fmt)
-    inverse = scale.to(torch.float64)
-    return _chunked(x.reshape(-1), lambda part: _encode(part.to(torch.float64) / inverse, fmt)).view(x.shape), scale
+    scale64 = scale.to(torch.float64)
+    return _chunked(x.reshape(-1), lambda part: _encode(part.to(torch.float64) / scale64, fmt)).view(x.shape), scale
 
 
 def quantize_per_token(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tensor]:

@@ -196,7 +196,7 @@ ALONE = "out of device memory with no other case beside it"
 
 def out_of_memory(verdict) -> bool:
     """Whether `verdict` is a job that ran out of device memory (verify.runner marks it)."""
-    return bool(verdict.detail.get("out_of_memory")) if isinstance(verdict.detail, dict) else False
+    return bool(verdict.detail.get("out_of_memory"))
 
 
 def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
@@ -220,6 +220,9 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
     judged = {}
     shown = progress.Progress(len(tasks), sys.stderr if stream is None else stream)
 
+    # the jobs that ran out of device memory beside other workers (none where one worker runs them all)
+    held = [] if workers > 1 else None
+
     def record(index, verdict, held=None):
         """`verdict` for task `index`, reported; or, when `held` is a list and the job ran out of
         device memory, kept back in it to be judged again alone."""
@@ -235,9 +238,8 @@ def judge(tasks: list[Task], workers: int, *, stream=None, on_verdict=None,
         if on_verdict is not None:
             on_verdict(verdict)
 
-    held: list = []
     _walk(context, tasks, list(range(len(tasks))), workers, timeout_base, tuple(impl_specs), shown,
-          lambda index, verdict: record(index, verdict, held if workers > 1 else None))
+          lambda index, verdict: record(index, verdict, held))
     if held:
         _walk(context, tasks, sorted(held), 1, timeout_base, tuple(impl_specs), shown, record)
     shown.close()
