@@ -477,7 +477,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=table.scan_precision),
             configs.scan.options)
     # The walk starts each unit from its state: pass B's segment states (segmented), else the initial.
-    walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+    walk = _launch.Bound(_chunk.kda_walk_kernel, (nu * v_blocks, heads), (
         *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
         dict(common, SEGMENTED=bool(cps), INIT=_chunk.INIT_ZERO if cps else init_mode, PAGED=state_cache is not None,
              DENSE_OUT=final_shape is not None, DOT=dot_tl), configs.walk.options)
