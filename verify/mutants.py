@@ -227,6 +227,8 @@ _KDA_MUTANTS = (
            "S = tl.dot(M, S, input_precision=PRECISION) + b", "S = tl.dot(M, S + b, input_precision=PRECISION)"),
     Mutant("kda-walk-column-blocks-collapsed", "kernels.kda.chunk", _KDA, "_chunk",
            "v0 = (tl.program_id(0) % (V // BV)) * BV", "v0 = (tl.program_id(0) % 1) * BV"),
+    Mutant("kda-transition-column-blocks-collapsed", "kernels.kda.chunk", _KDA, "_chunk",
+           "col0 = (tl.program_id(0) % ((K + V) // BV)) * BV", "col0 = (tl.program_id(0) % 1) * BV"),
     Mutant("kda-neighbour-chunk-tile", "kernels.kda.chunk", _KDA, "_chunk",
            "wsc = cid.to(tl.int64) * H + h", "wsc = tl.maximum(cid - 1, 0).to(tl.int64) * H + h"),
     Mutant("kda-diagonal-reference-first-row", "kernels.kda.prepare", _KDA, "_prepare",

@@ -469,7 +469,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
     if cps:
         buffers.update(transition=_layout((nu, heads, dim_k, dim_k + dim_v), torch.float32),
                        segment_state=_layout((nu, heads, dim_k, dim_v), torch.float32))
-        transition = _launch.Bound(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
+        transition = _launch.Bound(_chunk.kda_transition_kernel, (nu * ((dim_k + dim_v) // BLOCK_V), heads), (
             unit_meta, S, S, S, S, S, heads),
             dict(common, DOT=dot_tl), configs.walk.options)
         scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
