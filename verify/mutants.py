@@ -238,7 +238,7 @@ _KDA_MUTANTS = (
     Mutant("kda-log-gate-clamped-below-zero", "kernels.kda.prepare", _KDA, "_prepare",
            "        out = g\n", "        out = tl.minimum(g, -1e-3)\n"),
     Mutant("kda-l2norm-without-epsilon", "kernels.kda.prepare", _KDA, "_prepare",
-           "inv = 1.0 / tl.sqrt(tl.sum(x * x, 1) + 1e-6)", "inv = 1.0 / tl.sqrt(tl.sum(x * x, 1))"),
+           "inv = tl.math.rsqrt(tl.sum(x * x, 1) + 1e-6)", "inv = tl.math.rsqrt(tl.sum(x * x, 1))"),
     Mutant("kda-beta-sigmoid-overflow", "kernels.kda.prepare", _KDA, "_prepare",
            "beta = 1.0 / (1.0 + tl.exp(-beta))", "beta = tl.exp(beta) / (1.0 + tl.exp(beta))"),
     Mutant("kda-v-staged-in-fp16", "kernels.kda.prepare", _KDA, "_prepare",
