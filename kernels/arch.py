@@ -13,6 +13,7 @@ import collections.abc
 import contextlib
 import contextvars
 import functools
+import inspect
 import os
 
 import torch
@@ -133,11 +134,15 @@ def raw_stream(device: torch.device) -> int:
 
 
 def on_first_tensors_device(entry):
-    """Decorator: `entry(x, ...)` runs with x's device current when x is a tensor (see on_device)."""
+    """Decorator: `entry(x, ...)` runs with x's device current when x, its first parameter (passed by
+    position or by name), is a tensor (see on_device)."""
+    name = next(iter(inspect.signature(entry).parameters))
+
     @functools.wraps(entry)
-    def run(first, *args, **kwargs):
+    def run(*args, **kwargs):
+        first = args[0] if args else kwargs.get(name)
         with on_device(first.device) if isinstance(first, torch.Tensor) else contextlib.nullcontext():
-            return entry(first, *args, **kwargs)
+            return entry(*args, **kwargs)
     return run
 
 

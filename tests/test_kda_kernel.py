@@ -390,6 +390,15 @@ def test_bad_inputs_name_the_argument(index):
         flash_kda_fwd(*args, **kwargs)
 
 
+def test_inputs_by_name():
+    q, k, v, g, beta = make_inputs(1, 70, 2, seed=5)
+    by_position = flash_kda_fwd(q, k, v, g, beta, output_final_state=True)
+    by_name = flash_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, output_final_state=True)
+    assert all(torch.equal(a, b) for a, b in zip(by_position, by_name))
+    with pytest.raises(TypeError, match=r"\bq\b"):  # Python's own message, naming the parameter
+        flash_kda_fwd(k=k, v=v, g=g, beta=beta)
+
+
 # ---------------------------------------------------------------- planner
 
 
