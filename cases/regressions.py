@@ -163,6 +163,14 @@ KDA_REGRESSIONS = (
                "the segment scan added a segment's offset before applying its transition",
                case=KdaCase(h=1, dim=64, lens=(200, 1, 0, 129), gate="softplus", state="dense",
                             schedule="segmented2")),
+    Regression("kda-walk-column-blocks-collapsed",
+               "the chunk walk took every column block of a unit for its first, so the state's columns "
+               "from BLOCK_V on were never walked and o's columns there never written",
+               case=KdaCase(h=1, dim=128, b=1, t=130, state="dense", schedule="unsegmented")),
+    Regression("kda-transition-column-blocks-collapsed",
+               "pass A took every column block of a segment for its first, so each segment's map kept "
+               "the identity's first columns everywhere and its offset b was never built",
+               case=KdaCase(h=1, dim=64, b=1, t=260, state="dense", schedule="segmented2")),
     Regression("kda-neighbour-chunk-tile",
                "the chunk walk read a workspace tile of the neighbouring chunk",
                case=KdaCase(h=2, dim=64, b=1, t=130, state="dense", schedule="unsegmented")),

@@ -469,7 +469,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
     if cps:
         buffers.update(transition=_layout((nu, heads, dim_k, dim_k + dim_v), torch.float32),
                        segment_state=_layout((nu, heads, dim_k, dim_v), torch.float32))
-        transition = _launch.Bound(_chunk.kda_transition_kernel, (nu, heads, (dim_k + dim_v) // BLOCK_V), (
+        transition = _launch.Bound(_chunk.kda_transition_kernel, (nu * ((dim_k + dim_v) // BLOCK_V), heads), (
             unit_meta, S, S, S, S, S, heads),
             dict(common, DOT=dot_tl), configs.walk.options)
         scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, v_blocks), (
@@ -477,7 +477,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
             dict(K=dim_k, V=dim_v, BV=BLOCK_V, INIT=init_mode, PRECISION=table.scan_precision),
             configs.scan.options)
     # The walk starts each unit from its state: pass B's segment states (segmented), else the initial.
-    walk = _launch.Bound(_chunk.kda_walk_kernel, (nu, heads, v_blocks), (
+    walk = _launch.Bound(_chunk.kda_walk_kernel, (nu * v_blocks, heads), (
         *out_args, S, *state_args, S, *fin_strides, *cache_args, heads),
         dict(common, SEGMENTED=bool(cps), INIT=_chunk.INIT_ZERO if cps else init_mode, PAGED=state_cache is not None,
              DENSE_OUT=final_shape is not None, DOT=dot_tl), configs.walk.options)

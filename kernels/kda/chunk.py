@@ -9,7 +9,7 @@ Per chunk (tiles from K1, see kernels.kda.prepare), with S the state entering it
 The map S -> S' is affine, S' = (diag(decay) - kg^T w) S + kg^T u, so a run of
 chunks (a segment) is S_out = M S_in + b with M [K, K] and b [K, V].
 
-Kernels (grid axis 1 = head, axis 2 = column block of BV):
+Kernels (grid axis 1 = head; the column block of BV on axis 2, or for the walk and pass A within axis 0):
   kda_walk_kernel       unsegmented: one program per sequence walks all its chunks
                         from the initial state; segmented (pass C): one program per
                         segment walks its chunks from the incoming state of pass B.
@@ -92,9 +92,11 @@ def kda_walk_kernel(
     SEGMENTED: tl.constexpr, INIT: tl.constexpr, DENSE_OUT: tl.constexpr, PAGED: tl.constexpr,
     DOT: tl.constexpr,
 ):
-    unit = tl.program_id(0).to(tl.int64)
+    # program_id(0) = unit * (V // BV) + column block: a unit's column blocks are neighbours in launch
+    # order, so they run together and the second reads the chunk's tiles from the L2.
+    unit = (tl.program_id(0) // (V // BV)).to(tl.int64)
     h = tl.program_id(1)
-    v0 = tl.program_id(2) * BV
+    v0 = (tl.program_id(0) % (V // BV)) * BV
     n = tl.load(unit_meta_ptr + unit * 4)
     c0 = tl.load(unit_meta_ptr + unit * 4 + 1)
     nch = tl.load(unit_meta_ptr + unit * 4 + 2)
@@ -140,9 +142,10 @@ def kda_transition_kernel(
     unit_meta_ptr, tiles_ptr, u_ptr, aqk_ptr, decay_ptr, ms_ptr, H,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
 ):
-    seg = tl.program_id(0).to(tl.int64)
+    # program_id(0) = segment * ((K + V) // BV) + column block, neighbours in launch order as in the walk.
+    seg = (tl.program_id(0) // ((K + V) // BV)).to(tl.int64)
     h = tl.program_id(1)
-    col0 = tl.program_id(2) * BV
+    col0 = (tl.program_id(0) % ((K + V) // BV)) * BV
     c0 = tl.load(unit_meta_ptr + seg * 4 + 1)
     nch = tl.load(unit_meta_ptr + seg * 4 + 2)
     rk = tl.arange(0, K)

@@ -108,9 +108,10 @@ def _beta(beta_ptr, bidx, t0, h, s_b, s_t, s_h, rows, valid, BETA_SIGMOID: tl.co
 
 @triton.jit
 def _inv_norm(x, L2NORM: tl.constexpr):
-    """1 / sqrt(sum_c x[:, c]^2 + 1e-6) of each row of the whole-row tile x [R, K] (ones without L2NORM)."""
+    """1 / sqrt(sum_c x[:, c]^2 + 1e-6) of each row of the whole-row tile x [R, K] (ones without L2NORM),
+    by the hardware's reciprocal square root where there is one (within 2^-22 of the quotient)."""
     if L2NORM:
-        inv = 1.0 / tl.sqrt(tl.sum(x * x, 1) + 1e-6)
+        inv = tl.math.rsqrt(tl.sum(x * x, 1) + 1e-6)
     else:
         inv = tl.full([x.shape[0]], 1.0, dtype=tl.float32)
     return inv
@@ -275,7 +276,9 @@ def kda_solve_kernel(
 ):
     """T = (I + beta Akk)^-1. With beta Akk = Ld + Lo (Ld inside the diagonal [BC, BC] blocks, Lo
     below them), intra leaves Dinv = (I + Ld)^-1 in the diagonal blocks of `akk` and Lo below
-    them: N = Dinv Lo (N^4 = 0 for C = 4 BC), T = (I + N)^-1 Dinv = (I - N)(I + N^2) Dinv.
+    them: I + Ld + Lo = (I + Lo Dinv)(I + Ld), so with P = -Lo Dinv (P^(C/BC) = 0)
+    T = Dinv (I + P + ... + P^(C/BC - 1)), summed as R <- Dinv + R P from R = Dinv: the running
+    R is each product's left operand and P, computed once, its right one.
     Then u and w by column blocks, w from intra's beta k 2^gc, which it replaces in `tiles`."""
     cid = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -291,9 +294,11 @@ def kda_solve_kernel(
     akk = tl.load(akk_ptr + base * (C * C) + rows[:, None] * C + cc[None, :],
                   mask=(rows[:, None] // BC) >= (cc[None, :] // BC), other=0.0)
     dinv = tl.where(same, akk, 0.0)
-    eye = tl.where(rows[:, None] == cc[None, :], 1.0, 0.0)
-    nn = tl.dot(dinv, tl.where(same, 0.0, akk))
-    tinv = tl.dot(tl.dot(eye - nn, eye + tl.dot(nn, nn)), dinv).to(DOT)
+    p = -tl.dot(tl.where(same, 0.0, akk), dinv)
+    r = dinv
+    for _ in tl.static_range(C // BC - 1):
+        r = tl.dot(r, p, dinv)
+    tinv = r.to(DOT)
     for vb in tl.static_range(V // BK):
         v = _rows(v_ptr, bidx, t0, h, sv_b, sv_t, sv_h, rows, valid, vb * BK + cb)
         u = tl.dot(tinv, (v * beta[:, None]).to(DOT))
