@@ -150,6 +150,8 @@ def test_launch_table_refuses_what_its_kernels_cannot_run():
         dataclasses.replace(row, stage_columns=256)
     with pytest.raises(ValueError, match="exact_rows: expected a divisor of 16, got 3"):
         dataclasses.replace(row, exact_rows=3)
+    with pytest.raises(ValueError, match="^scan_columns: expected 16, 32 or 64, got 8"):
+        dataclasses.replace(row, scan_columns=8)
 
 
 def test_known_kda_spills_name_kernels_that_exist():
@@ -285,6 +287,35 @@ def test_segmented_paged():
     check(o, ref_o)
     check(cache, ref_cache, STATE_BOUND, "state_cache")
     assert torch.equal(cache[1], before[1])
+
+
+@pytest.mark.parametrize("scan_columns", [16, 32, 64])
+def test_every_scan_width_carries_every_state_column(scan_columns, monkeypatch):
+    # pass B's programs each carry scan_columns of the state (the tables take 16 at K 128, 64 at K 64):
+    # every column of S_in must reach the walk, from a dense initial state and from a paged one
+    from kernels import arch
+    from kernels.kda import tuning
+    name = arch.arch_name(torch.device(DEVICE))
+    table = tuning.tuning(name)
+    rows = {dim: dataclasses.replace(row, scan_columns=scan_columns) for dim, row in table.rows.items()}
+    monkeypatch.setitem(tuning.TABLES, name, dataclasses.replace(table, rows=rows))
+    monkeypatch.setattr(api, "_CALLS", {})
+    cu = torch.tensor([0, 70, 260], dtype=torch.int32, device=DEVICE)
+    q, k, v, g, beta = make_inputs(1, 260, 1, seed=31, decay=0.05)
+    h0 = rand_state(2, 1, 64, 64, seed=32)
+    kw = dict(cu_seqlens=cu, initial_state=h0, output_final_state=True)
+    o, fin = flash_kda_fwd(q, k, v, g, beta, chunks_per_segment=1, out=nan_out(1, 260, 1, 64), **kw)
+    ref_o, ref_fin = naive_kda(q, k, v, g, beta, **kw)
+    check(o, ref_o)
+    check(fin, ref_fin, STATE_BOUND, "final_state")
+    cache = rand_state(3, 1, 64, 64, seed=33)
+    idx = torch.tensor([2, 0], device=DEVICE)
+    has = torch.tensor([True, True], device=DEVICE)
+    paged = dict(cu_seqlens=cu, state_cache=cache, state_indices=idx, has_initial_state=has)
+    ref_o, ref_cache = naive_kda(q, k, v, g, beta, **paged)
+    o, _ = flash_kda_fwd(q, k, v, g, beta, chunks_per_segment=1, out=nan_out(1, 260, 1, 64), **paged)
+    check(o, ref_o)
+    check(cache, ref_cache, STATE_BOUND, "state_cache")
 
 
 def test_nan_poisoned_workspace_reused():

@@ -41,7 +41,9 @@ class KernelConfig:
 class KdaConfig:
     """stage, intra, solve: K1's kernels; walk: the chunk walk and pass A; scan: pass B (it
     holds M [K, K]); columns: the width of the solve kernel's column blocks (capped at
-    K and V); stage_columns: the stage kernel's own (capped at K); exact_rows: the rows of the
+    K and V); stage_columns: the stage kernel's own (capped at K); scan_columns: the state columns
+    one pass B program carries (capped at V; its programs are sequences x heads x V / scan_columns,
+    and each step's product M S_in is [K, K] x [K, scan_columns]); exact_rows: the rows of the
     intra kernel's diagonal sub-blocks, inside which pairs take exact exponents one row a step (a
     divisor of the 16-row block; the sub-blocks meet by products)."""
 
@@ -52,6 +54,7 @@ class KdaConfig:
     scan: KernelConfig
     columns: int = 64
     stage_columns: int = 64
+    scan_columns: int = 64
     exact_rows: int = 8
 
     def __post_init__(self):
@@ -61,6 +64,8 @@ class KdaConfig:
             raise ValueError(f"columns: expected 64 or 128, got {self.columns}")
         if self.stage_columns not in (64, 128):
             raise ValueError(f"stage_columns: expected 64 or 128, got {self.stage_columns}")
+        if self.scan_columns not in (16, 32, 64):
+            raise ValueError(f"scan_columns: expected 16, 32 or 64, got {self.scan_columns}")
         if not 1 <= self.exact_rows <= SUB_BLOCK or SUB_BLOCK % self.exact_rows:
             raise ValueError(f"exact_rows: expected a divisor of {SUB_BLOCK}, got {self.exact_rows}")
 
@@ -109,8 +114,14 @@ _K1_SM90 = dict(_K1, intra=KernelConfig(1))
 # eight bench.kda rows: four warps (156, no stack, twelve) 1.039, eight (128, no stack, sixteen) 1.230, four
 # capped at 128 (an 88-byte stack, sixteen) 1.012, two capped at 168 (360 bytes, twelve) 1.007 (bench/NOTES.md).
 _K1_SM90_K128 = dict(_K1_SM90, intra=KernelConfig(2), solve=KernelConfig(4, maxnreg=168))
+# Pass B on 16 state columns a program at K 128 (eight programs a head instead of two; each step's
+# [128, 128] x [128, 16] product is a quarter of the work): on an H100 the scan 22.3 -> 12.7 us at
+# 1x1024x12, 33.3 -> 18.5 at 1x4096x12, 33.9 -> 18.7 at 1x16384x12, the forward 0.877 / 0.942 / 0.982 of
+# its time on 64 columns, outputs bit-identical; 32 columns 0.899 / 0.955 / 0.987; four warps slower than
+# 64 columns on eight (1.007 to 1.057) (bench/NOTES.md). The other bench.kda rows walk unsegmented.
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
-           128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128)}
+           128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128,
+                          scan_columns=16)}
 
 # AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
 # prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
