@@ -438,6 +438,15 @@ def test_planner_unsegmented_when_walkers_fill_the_device():
     assert chunks_per_segment([256] * 4, num_heads=64, v_blocks=1, cu_count=256) == 0
 
 
+def test_planner_fits_the_segmented_walk_in_one_wave():
+    # 24 walkers (1 sequence x 12 heads x 2 V blocks) on 132 SMs: 5 segments (120 programs), not 6 (144,
+    # two waves of one program an SM, each as long as the first)
+    cps = chunks_per_segment([256], num_heads=12, v_blocks=2, cu_count=132)
+    assert cps == 52 and -(-256 // cps) * 24 <= 132
+    # 96 walkers: two segments each would take two waves, as long as the unsegmented walk's one, plus pass A
+    assert chunks_per_segment([128], num_heads=48, v_blocks=2, cu_count=132) == 0
+
+
 def test_planner_unsegmented_when_short():
     assert chunks_per_segment([8, 3], num_heads=1, v_blocks=1, cu_count=132) == 0
     assert chunks_per_segment([], num_heads=4, v_blocks=1, cu_count=132) == 0
@@ -447,7 +456,7 @@ def test_planner_unsegmented_when_short():
 def test_planner_segments_long_few_head_sequences():
     cps = chunks_per_segment([256], num_heads=4, v_blocks=2, cu_count=132)
     assert 1 <= cps < 256
-    # ceil(132 / 8) = 17 segments wanted, capped at 16 -> 16 chunks each
+    # floor(132 / 8) = 16 segments -> 16 chunks each
     assert cps == 16
 
 

@@ -5,6 +5,12 @@ The unsegmented walk runs one program per (sequence, head, V block), each walkin
 its whole sequence serially. When those walkers cannot fill the device and some
 sequence is long, the walk is cut into segments of `cps` chunks that run in
 parallel (pass A), joined by a short scan (pass B) and replayed (pass C).
+
+A walk program takes most of an SM's shared memory on sm90 (its pipelined tiles:
+one program an SM), so the walk's time is its waves times a wave's chunks: the
+segments are as many as fit every walker's segments into one wave of cu_count
+programs. One segment more makes a second wave, which takes as long as the
+first, and pass A (twice the walk's programs) one wave more as well.
 """
 
 MAX_SEGMENT_CHUNKS = 64  # longer segments make pass A and pass C's serial walk the bound
@@ -20,17 +26,18 @@ def chunks_per_segment(chunk_counts, num_heads: int, v_blocks: int, cu_count: in
     """0 for the unsegmented walk, else the chunks per segment.
 
     chunk_counts: chunks of each sequence; walkers = nonempty sequences * heads *
-    V blocks. Unsegmented when the walkers fill cu_count compute units or no
-    sequence is longer than two minimum segments. Otherwise each sequence is cut
-    into up to ceil(cu_count / walkers) (at most MAX_SEGMENTS) segments, each of
+    V blocks. Unsegmented when fewer than two segments of every walker fit in
+    cu_count programs (walkers > cu_count / 2) or no sequence is longer than two
+    minimum segments. Otherwise each sequence is cut into up to
+    floor(cu_count / walkers) (at most MAX_SEGMENTS) segments, each of
     MIN_SEGMENT_CHUNKS to MAX_SEGMENT_CHUNKS chunks.
     """
     counts = [int(c) for c in chunk_counts]
     longest = max(counts, default=0)
     walkers = sum(1 for c in counts if c > 0) * num_heads * v_blocks
-    if walkers == 0 or walkers >= cu_count or longest <= 2 * MIN_SEGMENT_CHUNKS:
+    segments = min(MAX_SEGMENTS, cu_count // walkers) if walkers else 0
+    if segments < 2 or longest <= 2 * MIN_SEGMENT_CHUNKS:
         return 0
-    segments = min(MAX_SEGMENTS, -(-cu_count // walkers))
     cps = max(MIN_SEGMENT_CHUNKS, -(-longest // segments))
     return min(cps, MAX_SEGMENT_CHUNKS)
 
