@@ -94,18 +94,23 @@ def test_tails_against_recurrence(T):
     check(fin, ref_fin, STATE_BOUND, "final_state")
 
 
+def _with_launch_rows(monkeypatch, **fields):
+    """This device's KDA launch table with `fields` replaced in every row, and no plan kept from before."""
+    from kernels import arch
+    from kernels.kda import tuning
+    name = arch.arch_name(torch.device(DEVICE))
+    table = tuning.tuning(name)
+    rows = {dim: dataclasses.replace(row, **fields) for dim, row in table.rows.items()}
+    monkeypatch.setitem(tuning.TABLES, name, dataclasses.replace(table, rows=rows))
+    monkeypatch.setattr(api, "_CALLS", {})
+
+
 @pytest.mark.parametrize("exact_rows", [1, 2, 4, 8, 16])
 def test_every_split_of_the_diagonal_block_computes_the_forward(exact_rows, monkeypatch):
     # every divisor of the 16-row block (the tables take 8): the sub-blocks meet by products through
     # their reference rows, under a decay fast enough that the earlier sub-block's first row as the
     # reference instead of its last would overflow 2^(r - gc_j)
-    from kernels import arch
-    from kernels.kda import tuning
-    name = arch.arch_name(torch.device(DEVICE))
-    table = tuning.tuning(name)
-    rows = {dim: dataclasses.replace(row, exact_rows=exact_rows) for dim, row in table.rows.items()}
-    monkeypatch.setitem(tuning.TABLES, name, dataclasses.replace(table, rows=rows))
-    monkeypatch.setattr(api, "_CALLS", {})
+    _with_launch_rows(monkeypatch, exact_rows=exact_rows)
     q, k, v, g, beta = make_inputs(1, 130, 1, seed=11, decay=40.0)
     o, fin = flash_kda_fwd(q, k, v, g, beta, output_final_state=True, out=nan_out(1, 130, 1, 64))
     ref_o, ref_fin = naive_kda(q, k, v, g, beta, output_final_state=True)
@@ -293,13 +298,7 @@ def test_segmented_paged():
 def test_every_scan_width_carries_every_state_column(scan_columns, monkeypatch):
     # pass B's programs each carry scan_columns of the state (the tables take 16 at K 128, 64 at K 64):
     # every column of S_in must reach the walk, from a dense initial state and from a paged one
-    from kernels import arch
-    from kernels.kda import tuning
-    name = arch.arch_name(torch.device(DEVICE))
-    table = tuning.tuning(name)
-    rows = {dim: dataclasses.replace(row, scan_columns=scan_columns) for dim, row in table.rows.items()}
-    monkeypatch.setitem(tuning.TABLES, name, dataclasses.replace(table, rows=rows))
-    monkeypatch.setattr(api, "_CALLS", {})
+    _with_launch_rows(monkeypatch, scan_columns=scan_columns)
     cu = torch.tensor([0, 70, 260], dtype=torch.int32, device=DEVICE)
     q, k, v, g, beta = make_inputs(1, 260, 1, seed=31, decay=0.05)
     h0 = rand_state(2, 1, 64, 64, seed=32)
