@@ -472,10 +472,9 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
         transition = _launch.Bound(_chunk.kda_transition_kernel, (nu * ((dim_k + dim_v) // BLOCK_V), heads), (
             unit_meta, S, S, S, S, S, heads),
             dict(common, DOT=dot_tl), configs.walk.options)
-        scan_bv = min(configs.scan_columns, dim_v)
-        scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, dim_v // scan_bv), (
+        scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, dim_v // configs.scan_columns), (
             seg_off_t, S, S, *state_args, *cache_args, heads),
-            dict(K=dim_k, V=dim_v, BV=scan_bv, INIT=init_mode, PRECISION=table.scan_precision),
+            dict(K=dim_k, V=dim_v, BV=configs.scan_columns, INIT=init_mode, PRECISION=table.scan_precision),
             configs.scan.options)
     # The walk starts each unit from its state: pass B's segment states (segmented), else the initial.
     walk = _launch.Bound(_chunk.kda_walk_kernel, (nu * v_blocks, heads), (
