@@ -448,6 +448,9 @@ def test_planner_fits_the_segmented_walk_in_one_wave():
 
 def test_planner_unsegmented_when_short():
     assert chunks_per_segment([8, 3], num_heads=1, v_blocks=1, cu_count=132) == 0
+    # 16 chunks on 24 walkers: segments of 4 or 8 were slower than the one walk (1 x 1024 x 12)
+    assert chunks_per_segment([16], num_heads=12, v_blocks=2, cu_count=132) == 0
+    assert chunks_per_segment([17], num_heads=12, v_blocks=2, cu_count=132) == 8
     assert chunks_per_segment([], num_heads=4, v_blocks=1, cu_count=132) == 0
     assert chunks_per_segment([0, 0], num_heads=4, v_blocks=1, cu_count=132) == 0
 
