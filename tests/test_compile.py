@@ -187,6 +187,17 @@ def test_sm90_kda_stage_and_solve_fit_three_programs_an_sm(tmp_path):
         assert row["occupancy"] >= 12, (row["kernel"], row["registers"], row["occupancy"])
 
 
+def test_sm90_kda_pass_a_fits_two_programs_an_sm(tmp_path):
+    # K 128: pass A on two pipelining stages (132 KB of shared memory at three: one program an SM, and the
+    # one-wave plan's 240 programs of 1 x 16384 x 12 in two waves)
+    case = "kda-b1-t16384-h12-k128-softplus-sig-l2-dense-auto"
+    rc, out, data = _compile(["compile", "--tier", "gpu", "-k", case, "--target", "sm90"], tmp_path)
+    assert rc == 0, out
+    (row,) = [row for row in data["binaries"] if row["kernel"] == "kda_transition_kernel"]
+    assert row["constexprs"]["K"] == 128 and row["options"]["num_warps"] == 4
+    assert row["occupancy"] >= 8, (row["registers"], row["lds"], row["occupancy"])
+
+
 _TABLE = ("from kernels.paged_decode import tuning\n"
           "tuning.TABLES['gfx942'] = tuning.ArchTuning(rows=({row},), split=False, programs_per_cu=2)")
 

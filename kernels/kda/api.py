@@ -471,7 +471,7 @@ def _checked(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seql
                        segment_state=_layout((nu, heads, dim_k, dim_v), torch.float32))
         transition = _launch.Bound(_chunk.kda_transition_kernel, (nu * ((dim_k + dim_v) // BLOCK_V), heads), (
             unit_meta, S, S, S, S, S, heads),
-            dict(common, DOT=dot_tl), configs.walk.options)
+            dict(common, DOT=dot_tl), configs.transition.options)
         scan = _launch.Bound(_chunk.kda_scan_kernel, (n, heads, dim_v // configs.scan_columns), (
             seg_off_t, S, S, *state_args, *cache_args, heads),
             dict(K=dim_k, V=dim_v, BV=configs.scan_columns, INIT=init_mode, PRECISION=table.scan_precision),

@@ -39,8 +39,8 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class KdaConfig:
-    """stage, intra, solve: K1's kernels; walk: the chunk walk and pass A; scan: pass B (it
-    holds M [K, K]); columns: the width of the solve kernel's column blocks (capped at
+    """stage, intra, solve: K1's kernels; walk: the chunk walk; transition: pass A (the walk of each
+    segment from zero that also carries the segment's transition M); scan: pass B (it holds M [K, K]); columns: the width of the solve kernel's column blocks (capped at
     K and V); stage_columns: the stage kernel's own (capped at K); scan_columns: the state columns
     one pass B program carries (at most 64, so it divides every V; its programs are sequences x
     heads x V / scan_columns, and each step's product M S_in is [K, K] x [K, scan_columns]);
@@ -51,6 +51,7 @@ class KdaConfig:
     intra: KernelConfig
     solve: KernelConfig
     walk: KernelConfig
+    transition: KernelConfig
     scan: KernelConfig
     columns: int = 64
     stage_columns: int = 64
@@ -119,15 +120,20 @@ _K1_SM90_K128 = dict(_K1_SM90, intra=KernelConfig(2), solve=KernelConfig(4, maxn
 # 1x1024x12, 33.3 -> 18.5 at 1x4096x12, 33.9 -> 18.7 at 1x16384x12, the forward 0.877 / 0.942 / 0.982 of
 # its time on 64 columns, outputs bit-identical; 32 columns 0.899 / 0.955 / 0.987; four warps slower than
 # 64 columns on eight (1.007 to 1.057) (bench/NOTES.md). The other bench.kda rows walk unsegmented.
-_NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), scan=KernelConfig(4), stage_columns=128),
-           128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), scan=KernelConfig(8), stage_columns=128,
-                          scan_columns=16)}
+# Pass A on two pipelining stages at K 128: at Triton's three it holds 132 KB of shared memory (one program an
+# SM), so the 2 x 120 programs of the one-wave plan for 24 walkers ran in two waves (bench/NOTES.md); at two,
+# 91 KB and 172 registers (sm90, triton 3.9; 160 at three): two programs an SM, one wave. The walk keeps
+# three stages: one and two stages made it slower on the H200 even where one fitted it in one wave.
+_NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), transition=KernelConfig(4), scan=KernelConfig(4),
+                         stage_columns=128),
+           128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), transition=KernelConfig(4, 2), scan=KernelConfig(8),
+                          stage_columns=128, scan_columns=16)}
 
 # AMD (from `quantfloor compile`, nothing timed): one pipelining stage for the walk, pass A and pass B, whose
 # prefetched [64, K] tiles otherwise pass gfx942's 64 KiB of LDS at K = 128 (72 KiB for the walk, 96 KiB for
 # pass B with 8 warps); exact fp32 for pass B.
-_AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
-        128: KdaConfig(**_K1, walk=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
+_AMD = {64: KdaConfig(**_K1, walk=KernelConfig(4, 1), transition=KernelConfig(4, 1), scan=KernelConfig(4, 1)),
+        128: KdaConfig(**_K1, walk=KernelConfig(4, 1), transition=KernelConfig(4, 1), scan=KernelConfig(8, 1))}
 
 _SM90_INTRA = ("intra's [16, K] q, k and gc tiles, their products, the diagonal block's inverse and the rows' qg, "
                "kg and beta k 2^gc: at K 128 on two warps, 255 registers and a stack of 320 to 360 bytes with one "
