@@ -39,11 +39,12 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class KdaConfig:
-    """stage, intra, solve: K1's kernels; walk: the chunk walk; transition: pass A (the walk of each
-    segment from zero that also carries the segment's transition M); scan: pass B (it holds M [K, K]); columns: the width of the solve kernel's column blocks (capped at
-    K and V); stage_columns: the stage kernel's own (capped at K); scan_columns: the state columns
-    one pass B program carries (at most 64, so it divides every V; its programs are sequences x
-    heads x V / scan_columns, and each step's product M S_in is [K, K] x [K, scan_columns]);
+    """stage, intra, solve: K1's kernels; walk: the chunk walk; transition: pass A (each segment
+    walked from zero, carrying the segment's transition M); scan: pass B (it holds M [K, K]);
+    columns: the width of the solve kernel's column blocks (capped at K and V); stage_columns: the
+    stage kernel's own (capped at K); scan_columns: the state columns one pass B program carries
+    (at most 64, so it divides every V; its programs are sequences x heads x V / scan_columns, and
+    each step's product M S_in is [K, K] x [K, scan_columns]);
     exact_rows: the rows of the intra kernel's diagonal sub-blocks, inside which pairs take exact
     exponents one row a step (a divisor of the 16-row block; the sub-blocks meet by products)."""
 
