@@ -123,8 +123,10 @@ _K1_SM90_K128 = dict(_K1_SM90, intra=KernelConfig(2), solve=KernelConfig(4, maxn
 # 64 columns on eight (1.007 to 1.057) (bench/NOTES.md). The other bench.kda rows walk unsegmented.
 # Pass A on two pipelining stages at K 128: at Triton's three it holds 132 KB of shared memory (one program an
 # SM), so the 2 x 120 programs of the one-wave plan for 24 walkers ran in two waves (bench/NOTES.md); at two,
-# 91 KB and 172 registers (sm90, triton 3.9; 160 at three): two programs an SM, one wave. The walk keeps
-# three stages: one and two stages made it slower on the H200 even where one fitted it in one wave.
+# 91 KB and 172 registers (sm90, triton 3.9; 160 at three): two programs an SM, one wave. On an H100 pass A
+# took 0.80 of its time at 1x4096x12 and 0.82 at 1x16384x12, the forward 0.97 at both, outputs bit-identical
+# (bench/NOTES.md). The walk keeps three stages: one and two made it slower on the H200 even where one fitted
+# it in one wave.
 _NVIDIA = {64: KdaConfig(**_K1_SM90, walk=KernelConfig(4), transition=KernelConfig(4), scan=KernelConfig(4),
                          stage_columns=128),
            128: KdaConfig(**_K1_SM90_K128, walk=KernelConfig(4), transition=KernelConfig(4, 2), scan=KernelConfig(8),
