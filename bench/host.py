@@ -1,6 +1,6 @@
 """Host time of a plain call: what one launch costs on this host, and the decode and KDA entries on their bench rows.
 
-    python -m bench.host [--baseline DIR] [-k WORDS] [--rounds N] [--json PATH]
+    python -m bench.host [--baseline DIR] [--parts] [-k WORDS] [--rounds N] [--json PATH]
 
 First the cost of one launch of a kernel that does nothing (ten pointers, ten
 ints): through `kernels.launch.Bound`, through Triton's runner given the same
@@ -11,8 +11,11 @@ device, no sync inside, over their count), and with --baseline that of another
 checkout's entries (bench.baseline) in the same rounds, in the order forward then
 backward, medians over --rounds: a host's time drifts from batch to batch by more
 than the few microseconds a change to the host path moves, so only interleaved
-rounds compare two. Neither operator's device time is measured here (bench.decode,
-bench.kda).
+rounds compare two. --parts adds, in the same rounds, our call with every launch
+skipped (each `kernels.launch.Bound` a no-op while the call runs): what the entry
+costs past its launches (its signature's key, the checks a call repeats, the
+allocations), so the rest of the plain call is its launches. Neither operator's
+device time is measured here (bench.decode, bench.kda).
 """
 
 import argparse
@@ -72,15 +75,37 @@ def launch_costs(device, count: int) -> dict:
                    "torch.empty(1)": lambda: torch.empty(1, device=device)}, LAUNCH_CALLS, count)
 
 
-def decode_row(shape, device, entries: dict, count: int) -> dict:
+def _no_launch(self, *values, stream=None) -> None:
+    """A Bound that launches nothing."""
+
+
+def without_launches(fn):
+    """`fn` with every Bound launch (kernels.launch) skipped while it runs, and restored after."""
+    def run():
+        real = launch.Bound.__call__
+        launch.Bound.__call__ = _no_launch
+        try:
+            return fn()
+        finally:
+            launch.Bound.__call__ = real
+    return run
+
+
+def _variants(fns: dict, parts: bool) -> dict:
+    """`fns`, and with `parts` our call with its launches skipped (the base's Bound is its own class)."""
+    return {**fns, "ours, no launches": without_launches(fns["ours"])} if parts else fns
+
+
+def decode_row(shape, device, entries: dict, count: int, parts: bool = False) -> dict:
     inputs = [bench_decode.build(shape.case("auto"), device, 1234)]
-    return rounds({name: bench_decode._decode(inputs, None, entry) for name, entry in entries.items()},
-                  DECODE_CALLS, count)
+    fns = {name: bench_decode._decode(inputs, None, entry) for name, entry in entries.items()}
+    return rounds(_variants(fns, parts), DECODE_CALLS, count)
 
 
-def kda_row(shape, device, entries: dict, count: int) -> dict:
+def kda_row(shape, device, entries: dict, count: int, parts: bool = False) -> dict:
     x = bench_kda.inputs(shape, device)
-    return rounds({name: bench_kda.ours(x, entry) for name, entry in entries.items()}, KDA_CALLS, count)
+    return rounds(_variants({name: bench_kda.ours(x, entry) for name, entry in entries.items()}, parts),
+                  KDA_CALLS, count)
 
 
 def line(op: str, shape: str, host: dict) -> str:
@@ -96,6 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("-k", default=None, help="keep shapes whose name contains every word")
     p.add_argument("--baseline", default=None, metavar="DIR", help="the entries of the checkout at DIR too")
+    p.add_argument("--parts", action="store_true", help="also our call with its launches skipped")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds: expected at least 1, got {args.rounds}")
@@ -117,7 +143,8 @@ def main(argv=None) -> int:
                                          ("kda", bench_kda.SHAPES, kda_row, kda)):
         for shape in shapes:
             if all(w in shape.name for w in words):
-                rows.append(dict(op=op, shape=shape.name, host_us=measure(shape, device, entries, args.rounds)))
+                rows.append(dict(op=op, shape=shape.name,
+                                 host_us=measure(shape, device, entries, args.rounds, args.parts)))
                 print(line(op, shape.name, rows[-1]["host_us"]), flush=True)
                 torch.cuda.empty_cache()
                 write_json(args.json, head, None, rows)

@@ -37,3 +37,32 @@ def test_rounds_below_one_are_refused_naming_the_option(capsys):
         host.main(["--rounds", "0"])
     assert exit_.value.code == 2
     assert "--rounds: expected at least 1, got 0" in capsys.readouterr().err
+
+
+def test_without_launches_skips_every_bound_launch_while_the_call_runs_and_restores_it():
+    from kernels import launch
+
+    real = launch.Bound.__call__
+    bound = launch.Bound(object(), (1,), launch.slots(2), {}, {})  # a real call of it would fail
+    seen = []
+
+    def call():
+        seen.append(launch.Bound.__call__ is real)
+        return bound(1, 2, stream=0)  # launches nothing, asks for nothing
+
+    assert host.without_launches(call)() is None
+    assert seen == [False] and launch.Bound.__call__ is real
+
+    def failing():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        host.without_launches(failing)()
+    assert launch.Bound.__call__ is real
+
+
+def test_parts_adds_our_call_without_launches_and_leaves_the_base_alone():
+    fns = {"ours": lambda: "ours", "base": lambda: "base"}
+    assert host._variants(fns, False) is fns
+    got = host._variants(fns, True)
+    assert list(got) == ["ours", "base", "ours, no launches"] and got["ours, no launches"]() == "ours"
