@@ -80,7 +80,9 @@ def _no_launch(self, *values, stream=None) -> None:
 
 
 def without_launches(fn):
-    """`fn` with every Bound launch (kernels.launch) skipped while it runs, and restored after."""
+    """`fn` with every Bound launch (kernels.launch) skipped while it runs, and restored after. Not
+    kernels.launch.recorded: a recorded launch builds its Launch record, host time a plain call never
+    spends."""
     def run():
         real = launch.Bound.__call__
         launch.Bound.__call__ = _no_launch
