@@ -2,12 +2,13 @@
 
     python -m bench.host [--baseline DIR] [--parts] [-k WORDS] [--rounds N] [--json PATH]
 
-First the cost of one launch of a kernel that does nothing (ten pointers, ten
-ints): through `kernels.launch.Bound`, through Triton's runner given the same
-tensors, and of `torch.empty(1)` for scale. Then, for each row of bench.decode's
-and bench.kda's SHAPES (-k keeps those whose name holds every word), the host
-time of a plain call of ours (bench.timing.host_us: calls enqueued behind a busy
-device, no sync inside, over their count), and with --baseline that of another
+First the cost of one launch of a kernel that does nothing (ten pointers, ten ints):
+through `kernels.launch.Bound`, through Triton's launcher given their addresses as a
+Bound calls it (the difference is the Bound's own Python), through Triton's runner
+given the same tensors, and of `torch.empty(1)` for scale. Then, for each row of
+bench.decode's and bench.kda's SHAPES (-k keeps those whose name holds every word),
+the host time of a plain call of ours (bench.timing.host_us: calls enqueued behind a
+busy device, no sync inside, over their count), and with --baseline that of another
 checkout's entries (bench.baseline) in the same rounds, in the order forward then
 backward, medians over --rounds: a host's time drifts from batch to batch by more
 than the few microseconds a change to the host path moves, so only interleaved
@@ -60,8 +61,8 @@ def rounds(fns: dict, calls: int, count: int) -> dict:
 
 
 def launch_costs(device, count: int) -> dict:
-    """Host us of one launch of `_noop`: through a Bound, through Triton's runner given tensors,
-    and of torch.empty(1)."""
+    """Host us of one launch of `_noop`: through a Bound, through Triton's launcher given addresses
+    (the Bound's last step), through Triton's runner given tensors, and of torch.empty(1)."""
     tensors = [torch.empty(64, device=device) for _ in range(10)]
     bound = launch.Bound(_noop, (1,), (*launch.slots(10), *range(17, 27)), dict(B=16), dict(num_warps=1))
     stream = arch.raw_stream(device)
@@ -70,7 +71,10 @@ def launch_costs(device, count: int) -> dict:
     compiled = next(c for key, c in launch._COMPILED.items() if key[0][0] is _noop)
     runner = compiled[(1, 1, 1)]
     rest = bound._fixed  # the ints and the constexpr after the slots, as the launcher takes them
+    run, grid, middle, _ = bound._runners[True]  # Triton's launcher, as a Bound calls it
+    addresses = [t.data_ptr() for t in tensors] + list(rest)
     return rounds({"Bound": lambda: bound(*tensors, stream=stream),
+                   "Triton's launcher, addresses": lambda: run(*grid, stream, *middle, *addresses),
                    "Triton's runner, tensors": lambda: runner(*tensors, *rest, stream=stream),
                    "torch.empty(1)": lambda: torch.empty(1, device=device)}, LAUNCH_CALLS, count)
 
