@@ -142,13 +142,12 @@ def segment_list(text: str) -> tuple:
 
 
 def schedule(fn) -> str:
-    """What a call of our forward `fn` launches its walk as: 'unsegmented', or 'N segments' (pass
-    A's units: its grid's axis 0 over its column blocks), read from its launches (kernels.launch.recorded)
+    """What a call of our forward `fn` launches its walk as: 'unsegmented', or 'N segments' (the rows
+    of pass A's unit table, its first argument), read from its launches (kernels.launch.recorded)
     without running them."""
     with launch.recorded() as calls:
         fn()
-    units = [c.grid[0] // ((c.constexprs["K"] + c.constexprs["V"]) // c.constexprs["BV"])
-             for c in calls if c.fn is kda_chunk.kda_transition_kernel]
+    units = [c.args[0].shape[0] for c in calls if c.fn is kda_chunk.kda_transition_kernel]
     return f"{units[0]} segments" if units else "unsegmented"
 
 
