@@ -612,23 +612,50 @@ def test_host_offsets_without_cu_seqlens_are_refused():
         flash_kda_fwd(q, k, v, g, beta, cu_seqlens_cpu=[0, 20])
 
 
+def _capture_case(varlen, cps, seed):
+    """(inputs q, k, v, g, beta, initial state, keyword arguments) of a call that copies nothing from
+    the host: varlen with host offsets (K = V = 64, log gate) or fixed length in two batch rows
+    (K = V = 128, the bench's lower-bounded gate with beta through a sigmoid and q, k normalised)."""
+    if varlen:
+        lengths = [700, 0, 1300, 64]
+        cu, inputs = _varlen(lengths, seed)
+        kwargs = dict(cu_seqlens=cu, cu_seqlens_cpu=[int(x) for x in cu.tolist()])
+        n, heads, dim = len(lengths), 2, 64
+    else:
+        n, heads, dim = 2, 3, 128
+        inputs = make_inputs(n, 700, heads, K=dim, V=dim, seed=seed, gate="lower_bound")
+        A_log, dt_bias = gate_params(heads, dim, seed=seed)
+        kwargs = dict(gate="lower_bound", A_log=A_log, dt_bias=dt_bias, lower_bound=-5.0, beta_sigmoid=True,
+                      qk_l2norm=True)
+    kwargs.update(chunks_per_segment=cps, output_final_state=True)
+    return inputs, rand_state(n, heads, dim, dim, seed=seed), kwargs
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
 @pytest.mark.parametrize("cps", [0, 2])
-def test_gpu_varlen_call_is_captured_in_a_graph(cps):
-    """With host offsets and no paged state a call copies nothing from the host: after one call of
-    its shapes it is captured, and the replay gives the eager call's bits."""
-    lengths = [700, 0, 1300, 64]
-    cu, (q, k, v, g, beta) = _varlen(lengths, 14)
-    kwargs = dict(cu_seqlens=cu, cu_seqlens_cpu=[int(x) for x in cu.tolist()], chunks_per_segment=cps,
-                  initial_state=rand_state(4, 2, 64, 64), output_final_state=True, workspace={})
-    want_o, want_s = (t.clone() for t in flash_kda_fwd(q, k, v, g, beta, **kwargs))
+def test_gpu_call_is_captured_and_replays_on_new_inputs(varlen, cps):
+    """A call that copies nothing from the host (fixed length, or varlen with host offsets; no paged
+    state) is captured in a CUDA graph once a call of its shapes has run; the graph, replayed after new
+    inputs and a new initial state are copied into the captured ones, gives the bits of an eager call on
+    those new inputs."""
+    first, h_first, kwargs = _capture_case(varlen, cps, seed=14)
+    second, h_second, _ = _capture_case(varlen, cps, seed=15)
+    kwargs["workspace"] = {}
+    inputs, h0 = [x.clone() for x in first], h_first.clone()
+    seen_o, _ = flash_kda_fwd(*inputs, initial_state=h0, **kwargs)  # the shapes' plan and metadata
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o, s = flash_kda_fwd(q, k, v, g, beta, **kwargs)
+        o, s = flash_kda_fwd(*inputs, initial_state=h0, **kwargs)
+    for x, new in zip((*inputs, h0), (*second, h_second)):
+        x.copy_(new)
     o.fill_(float("nan"))
+    s.fill_(float("nan"))
     graph.replay()
+    want_o, want_s = flash_kda_fwd(*second, initial_state=h_second, **kwargs)
     torch.cuda.synchronize()
+    assert not torch.equal(want_o, seen_o)  # the new inputs give another output
     assert torch.equal(o, want_o) and torch.equal(s, want_s)
 
 
