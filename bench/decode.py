@@ -33,9 +33,12 @@ writes the roofline picture (needs matplotlib, the `plot` extra).
 --floor times, for each shape of SHAPES, what of auto's time its bytes do not
 explain: auto; auto with every length 0 (its fixed part: the launch, the
 lengths, the split's partials, arrival counters and fold, the output); an empty
-kernel launched on auto's grids with its warps (the launches alone); and a copy
-of the shape's bytes (half read, half written). The ceiling is the percentage
-of the copy auto would reach if walking its keys cost nothing past that fixed part.
+kernel launched on auto's grids with its warps (the launches alone); a copy
+of the shape's bytes (half read, half written); and the window read through the
+block table and nothing else, the fastest of bench.paged_read's launch configs
+(what any one-launch kernel of these inputs must spend). The ceiling is the
+percentage of the copy auto would reach if walking its keys cost nothing past
+that fixed part; the read's is what that read alone reaches.
 """
 
 import argparse
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from bench import baseline
+from bench import baseline, paged_read
 from bench.results import versions, write_json
 from bench.timing import copy_tbps, host_us, interleaved
 from cases.decode import DecodeCase, build
@@ -378,19 +381,35 @@ def floor(shape: Shape, device, copy: float, rounds: int) -> dict:
     no_keys = [dataclasses.replace(s, seq_lens=torch.zeros_like(s.seq_lens)) for s in sets]
     fns = {"auto": auto, "fixed": _decode(no_keys, None), "launches": launches_alone,
            "copy": lambda: torch.neg(src, out=dst)}
-    timed = interleaved(fns, calls=len(sets) * math.ceil(10 / len(sets)), rounds=rounds)
+    reads = {f"read {pages}x{warps}": _paged_read(sets, pages, warps) for pages, warps in paged_read.configs(sets[0])}
+    timed = interleaved(fns | reads, calls=len(sets) * math.ceil(10 / len(sets)), rounds=rounds)
     row = dict(shape=shape.name, bytes=shape.bytes, auto_chose=_auto_choice(shape, device), grids=grids)
     for name, t in timed.items():
         row[name] = dict(us=t.us, ratio_to_auto=t.ratio, spread=list(t.spread))
+    row["read"] = min(reads, key=lambda name: row[name]["us"])
     row["auto_pct_copy"] = 100 * _tbps(shape.bytes, timed["auto"].us) / copy
     row["ceiling_pct_copy"] = 100 * _tbps(shape.bytes, timed["fixed"].us) / copy
+    row["read_pct_copy"] = 100 * _tbps(shape.bytes, row[row["read"]]["us"]) / copy
     return row
+
+
+def _paged_read(sets, pages: int, warps: int):
+    """bench.paged_read of the input sets in turn, `pages` blocks a program on `warps` warps."""
+    sums = [paged_read.launch(s, pages, warps) for s in sets]
+    state = {"i": 0}
+
+    def fn():
+        i = state["i"] = (state["i"] + 1) % len(sets)
+        paged_read.launch(sets[i], pages, warps, sums[i])
+    return fn
 
 
 def _print_floor_row(row: dict) -> None:
     print(f"{row['shape']:<34} {row['auto_chose']:>16} {row['auto']['us']:>8.2f} {row['fixed']['us']:>8.2f} "
           f"({row['fixed']['ratio_to_auto']:.2f}) {row['launches']['us']:>8.2f} ({row['launches']['ratio_to_auto']:.2f}) "
-          f"{row['copy']['us']:>8.2f} {row['auto_pct_copy']:>6.0f}% {row['ceiling_pct_copy']:>8.0f}%", flush=True)
+          f"{row['copy']['us']:>8.2f} {row['auto_pct_copy']:>6.0f}% {row['ceiling_pct_copy']:>8.0f}% "
+          f"{row[row['read']]['us']:>8.2f} ({row[row['read']]['ratio_to_auto']:.2f}) {row['read_pct_copy']:>6.0f}% "
+          f"{row['read'].split()[1]:>5}", flush=True)
 
 
 def _with_config(arch_name: str, base, cfg, fn):
@@ -442,7 +461,8 @@ def main(argv=None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--sweep", action="store_true", help="time the launch configs of SWEEP instead")
     mode.add_argument("--floor", action="store_true",
-                      help="time auto against its fixed part, its launches alone and a copy of its bytes instead")
+                      help="time auto against its fixed part, its launches alone, a copy of its bytes and a read "
+                           "of its window alone instead")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="also time the auto path of the kernels of the checkout at DIR (bench.baseline)")
     p.add_argument("--baseline-triton", action="store_true",
@@ -466,7 +486,7 @@ def main(argv=None) -> int:
     else:
         if args.floor:
             print(f"{'shape':<34} {'auto chose':>16} {'auto us':>8} {'fixed us (/auto)':>16} {'launches':>15} "
-                  f"{'copy us':>8} {'%copy':>7} {'ceiling':>9}")
+                  f"{'copy us':>8} {'%copy':>7} {'ceiling':>9} {'read us (/auto)':>15} {'%copy':>7} {'pxw':>5}")
             timed, printed = (lambda shape: floor(shape, device, copy, args.rounds)), _print_floor_row
         else:
             print(f"{'shape':<34} {'1pass us':>9} {'split us':>9} {'gluon us':>9} {'auto us':>9} {'auto chose':>16} "
