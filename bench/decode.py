@@ -367,7 +367,8 @@ def launches_of(fn) -> list:
 
 def floor(shape: Shape, device, copy: float, rounds: int) -> dict:
     """Auto at `shape` against its fixed part (every length 0), its launches alone (an empty kernel on
-    the same grids and warps) and a copy of its bytes, in one set of interleaved rounds."""
+    the same grids and warps), a copy of its bytes and each launch config of bench.paged_read (the
+    fastest is the row's "read"), in one set of interleaved rounds."""
     sets = _input_sets(shape, device)
     auto = _decode(sets, None)
     grids = launches_of(auto)
