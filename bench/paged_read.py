@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.paged_decode import validate
+
 MOST_WORDS = 16384  # the most 32-bit words of K (and as many of V) one program takes at once
 
 
@@ -80,14 +82,25 @@ def configs(inputs) -> list:
 
 def launch(inputs, pages: int, warps: int, sums: torch.Tensor | None = None) -> torch.Tensor:
     """One read of `inputs` (cases.decode.DecodeInputs) with `pages` blocks a program on `warps` warps;
-    the per-program sums [seqs, Hkv, programs a (sequence, kv head)] (into `sums` when given)."""
+    the per-program sums [seqs, Hkv, programs a (sequence, kv head)]. Without `sums` the call makes
+    them and first checks the lengths and the block ids it reads as the decode entry does
+    (kernels.paged_decode.validate, a sync); given `sums` (the timed, captured calls) it checks only
+    their shape, dtype and layout."""
     case = inputs.case
+    if pages < 1 or pages & (pages - 1):
+        raise ValueError(f"pages: expected a power of two, got {pages}")
     k, v = _words(inputs.key_cache, "key_cache"), _words(inputs.value_cache, "value_cache")
     window_keys = min(inputs.max_seq_len, case.window + case.q - 1) if case.window > 0 else inputs.max_seq_len
     parts = triton.cdiv(triton.cdiv(window_keys, case.block) + 1, pages)
     grid = (inputs.seq_lens.shape[0], case.hkv, parts)
     if sums is None:
+        validate.check_tables(inputs.block_tables, inputs.seq_lens, num_blocks=inputs.key_cache.shape[0],
+                              block_size=case.block, max_seq_len=inputs.max_seq_len, window=case.window,
+                              num_queries=case.q)
         sums = torch.empty(grid, dtype=torch.int32, device=k.device)
+    elif tuple(sums.shape) != grid or sums.dtype != torch.int32 or not sums.is_contiguous():
+        raise ValueError(f"sums: expected a contiguous int32 tensor of shape {grid}, got {sums.dtype} "
+                         f"{tuple(sums.shape)}")
     scales = case.scales == "token"
     ks = inputs.k_scale.view(torch.int32)
     vs = inputs.v_scale.view(torch.int32)

@@ -1,5 +1,8 @@
 """bench.paged_read reads exactly the window's blocks of each (sequence, kv head): its per-program sums
-equal the same words summed from the inputs on the host, for every launch config it offers."""
+equal the same words summed from the inputs on the host, for every launch config it offers; inputs it
+cannot read within their buffers are refused by name."""
+
+import dataclasses
 
 import pytest
 import torch
@@ -59,3 +62,31 @@ def test_plain_caches_are_refused_by_name(device):
     inputs = build(case, device, seed_of(case.id))
     with pytest.raises(ValueError, match="key_cache: expected a shuffled cache"):
         paged_read.launch(inputs, 1, 4)
+
+
+def test_inputs_it_would_read_past_are_refused_by_name(device):
+    """A negative length, a length past max_seq_len (the grid would miss its keys), a used block id past
+    the caches, a step that is not a power of two, and given sums of another shape: each refused,
+    naming its argument; an id past a sequence's last block is never read."""
+    case = DecodeCase(cache="e4m3fn", scales="token", block=16, hq=4, hkv=2, d=64, window=0, lens=(70, 24), q=1,
+                      layout="shuffled", path="onepass")
+    inputs = build(case, device, seed_of(case.id))
+    sums = paged_read.launch(inputs, 2, 1)
+    negative = inputs.seq_lens.clone()
+    negative[1] = -1
+    with pytest.raises(ValueError, match=r"seq_lens: expected lengths >= 0; seq_lens\[1\] = -1"):
+        paged_read.launch(dataclasses.replace(inputs, seq_lens=negative), 2, 1)
+    with pytest.raises(ValueError, match=r"max_seq_len: expected a bound >= every seq_lens entry, got 69 below"):
+        paged_read.launch(dataclasses.replace(inputs, max_seq_len=69), 2, 1)
+    tables = inputs.block_tables.clone()
+    tables[1, 1] = inputs.key_cache.shape[0]
+    with pytest.raises(ValueError, match=r"block_tables: expected block ids in \[0, \d+\) in the columns"):
+        paged_read.launch(dataclasses.replace(inputs, block_tables=tables), 2, 1)
+    tables = inputs.block_tables.clone()
+    tables[1, 2] = -1  # past sequence 1's two blocks: never read
+    paged_read.launch(dataclasses.replace(inputs, block_tables=tables), 2, 1)
+    with pytest.raises(ValueError, match="pages: expected a power of two, got 3"):
+        paged_read.launch(inputs, 3, 1)
+    with pytest.raises(ValueError, match="sums: expected a contiguous int32 tensor of shape"):
+        paged_read.launch(inputs, 1, 1, sums)
+    assert paged_read.launch(inputs, 2, 1, sums) is sums
